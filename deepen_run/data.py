@@ -1,0 +1,201 @@
+"""GLUE splits -> tokenized `datasets` -> single-task loaders with dynamic padding.
+
+Two sources give the same columns (text_a, text_b, label, idx) and the Hub's label ids:
+a local folder of the original GLUE TSV files (validated row by row, so a bad file is reported
+with its line number) or the Hugging Face Hub's nyu-mll/glue.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import datasets
+import torch
+from torch.utils.data import DataLoader
+from transformers import DataCollatorWithPadding
+
+from deepen_run.errors import UserError
+from deepen_run.glue import TaskSpec
+
+csv.field_size_limit(sys.maxsize)
+
+
+@dataclass
+class TaskData:
+    spec: TaskSpec
+    train: Optional[datasets.Dataset]
+    dev: dict[str, datasets.Dataset]  # eval name (sst2, mnli-m, ...) -> dataset
+    test: dict[str, datasets.Dataset]  # submission stem (SST-2, MNLI-m, ...) -> dataset
+
+
+def check_glue_dir(glue_dir: Optional[str], specs: list[TaskSpec], need_train: bool = True) -> None:
+    """Cheap checks before any model loads: the folder and each task's files exist."""
+    if glue_dir is None:
+        return
+    root = Path(glue_dir)
+    if not root.is_dir():
+        raise UserError(f"data.glue_dir={glue_dir} does not exist; point it (or DEEPEN_GLUE_DIR) "
+                        "at a folder of GLUE TSVs (<TASK>/train.tsv, dev.tsv), or unset it to use the Hub")
+    for spec in specs:
+        stems = ([("train", "train")] if need_train else []) + list(spec.dev_splits)
+        for stem, _ in stems:
+            f = root / spec.folder / f"{stem}.tsv"
+            if not f.is_file():
+                raise UserError(f"task {spec.name}: {f} is missing; put GLUE's {spec.folder}/{stem}.tsv "
+                                f"there or drop {spec.name} from task.names")
+
+
+def read_tsv(path: Path, spec: TaskSpec, labelled: bool) -> dict[str, list]:
+    """Parse one GLUE TSV with quoting off (GLUE text contains bare quotes)."""
+    cols = {"text_a": [], "text_b": [], "label": [], "idx": []}
+    with open(path, encoding="utf-8-sig", newline="") as fh:  # MRPC's header has a BOM
+        rows = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+        headerless = spec.name == "cola" and labelled
+        if headerless:
+            width, (ia, ib, il) = 4, spec.tsv_cols
+        else:
+            header = next(rows, None)
+            if header is None:
+                raise UserError(f"{path}: the file is empty")
+            width = len(header)
+            a, b, lab = spec.tsv_cols if labelled else (*_test_cols(spec), None)
+            try:
+                ia = header.index(a) if isinstance(a, str) else a
+                ib = header.index(b) if b is not None else None
+                il = header.index(lab) if labelled else None
+            except ValueError as e:
+                raise UserError(f"{path}: header {header} lacks a column GLUE's {spec.folder} has ({e})")
+            iid = header.index("index") if "index" in header else header.index("id") if "id" in header else None
+        for n, row in enumerate(rows, start=1 if headerless else 2):
+            if len(row) != width:
+                raise UserError(f"{path}:{n}: expected {width} tab-separated columns, got {len(row)}")
+            cols["text_a"].append(row[ia])
+            cols["text_b"].append(row[ib] if ib is not None else None)
+            cols["label"].append(_parse_label(row[il], spec, path, n) if labelled else -1)
+            cols["idx"].append(int(row[iid]) if not headerless and iid is not None else len(cols["idx"]))
+    if not cols["idx"]:
+        raise UserError(f"{path}: no data rows (empty split)")
+    if spec.text_b is None:
+        del cols["text_b"]
+    return cols
+
+
+def _test_cols(spec: TaskSpec):
+    if spec.name == "cola":
+        return "sentence", None
+    if spec.name == "mrpc":
+        return "#1 String", "#2 String"
+    return spec.tsv_cols[0], spec.tsv_cols[1]
+
+
+def _parse_label(value: str, spec: TaskSpec, path: Path, line: int):
+    if spec.is_regression:
+        try:
+            return float(value)
+        except ValueError:
+            raise UserError(f"{path}:{line}: label {value!r} is not a number") from None
+    if spec.tsv_label_strings:
+        if value in spec.label_names:
+            return spec.label_names.index(value)
+    elif value.isdigit() and int(value) < spec.num_labels:
+        return int(value)
+    allowed = spec.label_names if spec.tsv_label_strings else range(spec.num_labels)
+    raise UserError(f"{path}:{line}: label {value!r} is not one of {list(allowed)} for {spec.name}")
+
+
+def _from_tsv(glue_dir: str, spec: TaskSpec, stem: str, labelled: bool) -> datasets.Dataset:
+    path = Path(glue_dir) / spec.folder / f"{stem}.tsv"
+    feats = {"text_a": datasets.Value("string"), "label": datasets.Value(
+        "float32" if spec.is_regression else "int64"), "idx": datasets.Value("int64")}
+    if spec.text_b:
+        feats["text_b"] = datasets.Value("string")
+    return datasets.Dataset.from_dict(read_tsv(path, spec, labelled), features=datasets.Features(feats))
+
+
+def _from_hub(spec: TaskSpec, split: str) -> datasets.Dataset:
+    ds = datasets.load_dataset("nyu-mll/glue", spec.name, split=split)
+    ren = {spec.text_a: "text_a"} | ({spec.text_b: "text_b"} if spec.text_b else {})
+    return ds.rename_columns(ren)
+
+
+def load_raw(spec: TaskSpec, glue_dir: Optional[str], stem: str, hub_split: str, labelled=True):
+    if glue_dir is None:
+        return _from_hub(spec, hub_split)
+    return _from_tsv(glue_dir, spec, stem, labelled)
+
+
+def _subsample(ds: datasets.Dataset, n: Optional[int], seed: int) -> datasets.Dataset:
+    # A seeded shuffle before cutting, so a subset of SST-2 is not just its first reviews.
+    if n is None or n >= len(ds):
+        return ds
+    return ds.shuffle(seed=seed).select(range(n))
+
+
+def tokenize(ds: datasets.Dataset, tokenizer, max_len: int, cache_dir: str, tag: str) -> datasets.Dataset:
+    """Tokenize once; the result is cached on disk keyed by data, tokenizer and length."""
+    key = hashlib.sha1(f"{ds._fingerprint}|{tokenizer.name_or_path}|{len(tokenizer)}|{max_len}|{tag}"
+                       .encode()).hexdigest()[:16]
+    os.makedirs(cache_dir, exist_ok=True)
+    pair = "text_b" in ds.column_names
+
+    def fn(batch):
+        args = (batch["text_a"], batch["text_b"]) if pair else (batch["text_a"],)
+        return tokenizer(*args, truncation=True, max_length=max_len)
+
+    drop = [c for c in ds.column_names if c not in ("label", "idx")]
+    return ds.map(fn, batched=True, remove_columns=drop, desc=f"tokenize {tag}",
+                  cache_file_name=os.path.join(cache_dir, f"{tag}-{key}.arrow"))
+
+
+def _fingerprinted(ds: datasets.Dataset, source: str) -> datasets.Dataset:
+    # Datasets built in memory get a random fingerprint; derive a stable one from the content
+    # source so the tokenization cache hits on the next run.
+    ds._fingerprint = hashlib.sha1(source.encode()).hexdigest()[:16]
+    return ds
+
+
+def _source_key(glue_dir, spec, stem) -> str:
+    if glue_dir is None:
+        return f"hub|{spec.name}|{stem}"
+    p = Path(glue_dir) / spec.folder / f"{stem}.tsv"
+    st = p.stat()
+    return f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def load_task(spec: TaskSpec, dcfg, tokenizer, seed: int, with_train=True, with_test=False) -> TaskData:
+    def get(stem, hub_split, labelled, limit):
+        raw = load_raw(spec, dcfg.glue_dir, stem, hub_split, labelled)
+        raw = _fingerprinted(raw, _source_key(dcfg.glue_dir, spec, stem))
+        raw = _subsample(raw, limit, seed)
+        return tokenize(raw, tokenizer, dcfg.max_seq_length, dcfg.cache_dir, f"{spec.name}-{stem}")
+
+    train = get("train", "train", True, dcfg.max_train_samples) if with_train else None
+    dev = {name: get(stem, hub, True, dcfg.max_eval_samples)
+           for name, (stem, hub) in zip(spec.eval_names, spec.dev_splits)}
+    test = {}
+    if with_test:
+        for sub, (stem, hub) in zip(spec.submission, spec.test_splits):
+            if dcfg.glue_dir is None or (Path(dcfg.glue_dir) / spec.folder / f"{stem}.tsv").is_file():
+                test[sub] = get(stem, hub, False, None)
+    return TaskData(spec, train, dev, test)
+
+
+def make_loader(ds: datasets.Dataset, tokenizer, batch_size: int, shuffle: bool, seed: int,
+                group_by_length: bool = False, num_workers: int = 0) -> DataLoader:
+    collate = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=None)
+    cols = [c for c in ds.column_names if c in ("input_ids", "attention_mask", "token_type_ids", "label")]
+    ds = ds.with_format("torch", columns=cols)
+    gen = torch.Generator().manual_seed(seed)
+    if group_by_length and shuffle:
+        from deepen_run.batching import LengthGroupedSampler
+
+        sampler = LengthGroupedSampler(ds, batch_size, gen)
+        return DataLoader(ds, batch_size=batch_size, sampler=sampler, collate_fn=collate,
+                          num_workers=num_workers)
+    return DataLoader(ds, batch_size=batch_size, shuffle=shuffle, generator=gen, collate_fn=collate,
+                      num_workers=num_workers)

@@ -1,0 +1,29 @@
+"""GLUE metrics through the shipped evaluate module, and the GLUE average."""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import evaluate
+
+MODULE = str(Path(__file__).with_name("glue_metric.py"))
+
+
+@lru_cache(maxsize=None)
+def load(eval_name: str):
+    return evaluate.load(MODULE, config_name=eval_name)
+
+
+def compute(eval_name: str, predictions, references) -> dict[str, float]:
+    return load(eval_name).compute(predictions=predictions, references=references)
+
+
+def glue_score(results: dict[str, dict[str, float]], task_of: dict[str, str]) -> float:
+    """Mean over tasks of each task's mean metric (MNLI-m and -mm together form MNLI's)."""
+    per_task: dict[str, list[float]] = {}
+    for name, metrics in results.items():
+        vals = [v for v in metrics.values() if not math.isnan(v)]
+        per_task.setdefault(task_of[name], []).extend(vals)
+    means = [sum(v) / len(v) for v in per_task.values() if v]
+    return sum(means) / len(means) if means else float("nan")

@@ -1,0 +1,56 @@
+"""Which task each multi-task step trains on (METHODS.md §3).
+
+Task i is drawn with p_i ∝ N_i ** alpha (N_i = its training examples); `annealed` moves alpha
+linearly from `alpha` (first epoch) to `alpha_end` (last epoch); `round_robin` takes tasks in turn.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def alpha_at(cfg, epoch: int, total_epochs: int) -> float:
+    """epoch counts from 1. With one epoch, an annealed schedule stays at its start."""
+    if cfg.kind != "annealed":
+        return cfg.alpha
+    if total_epochs <= 1:
+        return cfg.alpha
+    return cfg.alpha - (cfg.alpha - cfg.alpha_end) * (epoch - 1) / (total_epochs - 1)
+
+
+def probabilities(cfg, sizes: dict[str, int], epoch: int, total_epochs: int) -> dict[str, float]:
+    if cfg.kind == "round_robin":
+        return {t: 1 / len(sizes) for t in sizes}
+    alpha = alpha_at(cfg, epoch, total_epochs)
+    w = np.array([float(n) ** alpha for n in sizes.values()])
+    return dict(zip(sizes, (w / w.sum()).tolist()))
+
+
+class TaskSampler:
+    """Draws the task of each step; seeded, and resumable from (step) alone."""
+
+    def __init__(self, cfg, sizes: dict[str, int], steps_per_epoch: int, total_steps: int, seed: int):
+        self.cfg, self.sizes, self.names = cfg, sizes, list(sizes)
+        self.steps_per_epoch = max(1, steps_per_epoch)
+        self.total_epochs = max(1, -(-total_steps // self.steps_per_epoch))
+        self.seed = seed
+
+    def epoch_of(self, step: int) -> int:
+        return step // self.steps_per_epoch + 1
+
+    def probs(self, epoch: int) -> dict[str, float]:
+        return probabilities(self.cfg, self.sizes, epoch, self.total_epochs)
+
+    def task(self, step: int) -> str:
+        if len(self.names) == 1:
+            return self.names[0]
+        if self.cfg.kind == "round_robin":
+            return self.names[step % len(self.names)]
+        p = self.probs(self.epoch_of(step))
+        # A generator keyed by (seed, step): the draw of step s is the same after a resume.
+        rng = np.random.default_rng([self.seed, step])
+        return self.names[rng.choice(len(self.names), p=list(p.values()))]
+
+    def table(self) -> list[dict]:
+        """The probabilities used in every epoch, for the sampling artifacts."""
+        return [{"epoch": e, "alpha": alpha_at(self.cfg, e, self.total_epochs), **self.probs(e)}
+                for e in range(1, self.total_epochs + 1)]

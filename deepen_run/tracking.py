@@ -1,0 +1,152 @@
+"""MLflow, behind one small class: the only module that imports mlflow.
+
+The default store is a SQLite file under outputs/; artifacts go beside it in outputs/mlartifacts
+(absolute paths, so runs started from any directory land in one place and `make ui` shows them).
+Off the main process every call is a no-op, so only rank 0 writes.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import mlflow
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from deepen_run.errors import UserError
+
+STATUS = ("FINISHED", "FAILED", "KILLED")
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _artifact_root(uri: str) -> Optional[str]:
+    """For a local SQLite store, artifacts live in mlartifacts/ next to the database file."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        return (db.parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def prepare_store(uri: str) -> None:
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+
+
+def get_experiment_id(client: MlflowClient, uri: str, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    root = _artifact_root(uri)
+    try:
+        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None)
+    except mlflow.exceptions.MlflowException:
+        # Another process of the same sweep created it first.
+        return client.get_experiment_by_name(name).experiment_id
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+class Tracker:
+    def __init__(self, uri: str, experiment: str, enabled: bool = True):
+        self.uri, self.experiment, self.enabled = uri, experiment, enabled
+        self.run_id: Optional[str] = None
+        if enabled:
+            prepare_store(uri)
+            self.client = MlflowClient(tracking_uri=uri)
+
+    def check(self) -> None:
+        """Reach the store now: better to fail at start than after an hour of training."""
+        if not self.enabled:
+            return
+        try:
+            self.experiment_id = get_experiment_id(self.client, self.uri, self.experiment)
+        except Exception as e:  # noqa: BLE001 (any failure here means: no store)
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise UserError(f"tracking.uri={self.uri} is not reachable ({first}); start the server "
+                            "or use the default local store") from e
+
+    def start(self, run_name: str, tags: dict[str, str], run_id: Optional[str] = None) -> str:
+        if not self.enabled:
+            return ""
+        if not hasattr(self, "experiment_id"):
+            self.check()
+        if run_id:
+            self.client.update_run(run_id, status="RUNNING")
+            self.run_id = run_id
+        else:
+            self.run_id = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
+        return self.run_id
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[i:i + 100])
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        if not self.enabled or not metrics:
+            return
+        import time
+
+        ts = int(time.time() * 1000)
+        items = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
+        for i in range(0, len(items), 1000):
+            self.client.log_batch(self.run_id, metrics=items[i:i + 1000])
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        if self.enabled:
+            for k, v in tags.items():
+                self.client.set_tag(self.run_id, k, str(v)[:5000])
+
+    def log_text(self, text: str, path: str) -> None:
+        if self.enabled:
+            self.client.log_text(self.run_id, text, path)
+
+    def log_dict(self, d: dict, path: str) -> None:
+        if self.enabled:
+            self.client.log_dict(self.run_id, d, path)
+
+    def log_figure(self, fig, path: str) -> None:
+        if self.enabled:
+            self.client.log_figure(self.run_id, fig, path)
+
+    def log_file(self, local: str, folder: Optional[str] = None) -> None:
+        if self.enabled:
+            self.client.log_artifact(self.run_id, local, folder)
+
+    def log_csv(self, rows: list[dict], path: str) -> None:
+        if not self.enabled or not rows:
+            return
+        import csv
+
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+        self.log_text(buf.getvalue(), path)
+
+    def end(self, status: str = "FINISHED") -> None:
+        if self.enabled and self.run_id:
+            self.client.set_terminated(self.run_id, status=status)

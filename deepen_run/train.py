@@ -1,0 +1,126 @@
+"""The training loop: single-task batches drawn by the schedule, Accelerate for the device work.
+
+No trainer class: one function that steps, logs at `log_every`, evaluates at `eval_every` and at
+the end. The method has already decided what trains (requires_grad); the loop never asks which
+method it runs.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import torch
+from tqdm.auto import tqdm
+from transformers import get_scheduler
+
+from deepen_run import metrics as glue_metrics
+from deepen_run.model import task_loss
+
+
+def optimizer_for(model: torch.nn.Module, tcfg, device_type: str) -> torch.optim.Optimizer:
+    """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor)."""
+    decay, flat = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (flat if p.ndim < 2 else decay).append(p)
+    groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": flat, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=tcfg.learning_rate, fused=device_type == "cuda")
+
+
+def scheduler_for(optimizer, tcfg, total_steps: int):
+    warmup = int(round(tcfg.warmup_ratio * total_steps))
+    return get_scheduler(tcfg.lr_scheduler, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+
+
+def forever(loader) -> Iterator[dict]:
+    """Cycle a loader; each pass reshuffles (its generator moves on)."""
+    while True:
+        yield from loader
+
+
+def batch_inputs(batch: dict) -> dict:
+    return {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+
+
+@torch.no_grad()
+def evaluate(model, accelerator, dev_loaders: dict, specs: dict) -> tuple[dict, dict]:
+    """dev_loaders: eval name -> loader; specs: eval name -> TaskSpec.
+
+    Returns ({eval name: {metric: value}}, {eval name: predictions in dev order}).
+    """
+    model.eval()
+    results, preds = {}, {}
+    for name, loader in dev_loaders.items():
+        spec = specs[name]
+        outs, refs = [], []
+        for batch in loader:
+            logits = model(spec.name, **batch_inputs(batch))
+            p = logits.squeeze(-1).float() if spec.is_regression else logits.argmax(-1)
+            p, r = accelerator.gather_for_metrics((p, batch["labels"]))
+            outs.append(p.cpu())
+            refs.append(r.cpu())
+        pred, ref = torch.cat(outs), torch.cat(refs)
+        preds[name] = pred.tolist()
+        results[name] = glue_metrics.compute(name, pred.tolist(), ref.tolist())
+    model.train()
+    return results, preds
+
+
+def eval_metrics(results: dict, task_of: dict) -> dict[str, float]:
+    flat = {f"eval/{n}/{m}": v for n, ms in results.items() for m, v in ms.items()}
+    flat["eval/score"] = glue_metrics.glue_score(results, task_of)
+    return flat
+
+
+def train(model, optimizer, scheduler, accelerator, loaders: dict, specs: dict, sampler, total_steps: int, tcfg,
+          log: Callable[[dict, int], None], run_eval: Callable[[int], dict], start_step: int = 0,
+          on_step: Callable[[int], None] | None = None) -> dict:
+    """Run steps [start_step, total_steps). loaders/specs: task name -> train loader / TaskSpec.
+
+    Returns the last evaluation's flat metrics.
+    """
+    iters = {t: forever(dl) for t, dl in loaders.items()}
+    regression = {t: specs[t].is_regression for t in loaders}
+    model.train()
+    running = torch.zeros((), device=accelerator.device)
+    seen, last_eval, epoch = 0, {}, None
+    bar = tqdm(total=total_steps, initial=start_step, desc="train", disable=not accelerator.is_main_process,
+               dynamic_ncols=True)
+    for step in range(start_step, total_steps):
+        task = sampler.task(step)
+        if sampler.epoch_of(step) != epoch and len(loaders) > 1:
+            epoch = sampler.epoch_of(step)
+            log({f"sampling/p/{t}": p for t, p in sampler.probs(epoch).items()}, step)
+        for _ in range(tcfg.gradient_accumulation_steps):
+            batch = next(iters[task])
+            with accelerator.accumulate(model):
+                logits = model(task, **batch_inputs(batch))
+                loss = task_loss(logits, batch["labels"], regression[task])
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and tcfg.max_grad_norm > 0:
+                    accelerator.clip_grad_norm_(model.parameters(), tcfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+            running += loss.detach() / tcfg.gradient_accumulation_steps
+        seen += 1
+        done = step + 1
+        bar.update(1)
+        if done % tcfg.log_every == 0 or done == total_steps:
+            # The only host sync of a step, at logging cadence.
+            mean = (running / seen).item()
+            if not math.isfinite(mean):
+                raise FloatingPointError(f"training loss became {mean} by step {done}; lower "
+                                         "train.learning_rate or check the data")
+            log({"train/loss": mean, "train/lr": scheduler.get_last_lr()[0],
+                 "train/epoch": sampler.epoch_of(step)}, done)
+            bar.set_postfix(loss=f"{mean:.4f}", task=task)
+            running.zero_()
+            seen = 0
+        if on_step is not None:
+            on_step(done)
+        if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == total_steps:
+            last_eval = run_eval(done)
+            bar.set_postfix(score=f"{last_eval.get('eval/score', float('nan')):.4f}")
+    bar.close()
+    return last_eval
