@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 from transformers import AutoConfig, AutoModel, AutoTokenizer, CONFIG_MAPPING
 
@@ -46,10 +48,32 @@ def preflight(cfg) -> None:
         return
     if path.startswith((".", "/", "~")):
         raise UserError(f"backbone folder {path} does not exist")
+    kw = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
     try:
-        AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+        AutoConfig.from_pretrained(path, local_files_only=True, **kw)
+        return  # cached: loads without the network
+    except (OSError, ValueError):
+        pass
+    # Not cached: without this probe the Hub client retries for half a minute before failing.
+    if not hub_reachable():
+        raise UserError(_hub_hint(path))
+    try:
+        AutoConfig.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
         raise UserError(_hub_hint(path)) from e
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
 
 
 def architecture(cfg):
@@ -60,12 +84,18 @@ def architecture(cfg):
     return CONFIG_MAPPING[cfg.model_type](**kw)
 
 
+def _local_only(path: str) -> bool:
+    # A cached Hub model loads without asking the (unreachable) Hub for updates first.
+    return not os.path.isdir(path) and not hub_reachable()
+
+
 def load_model(cfg):
     if not cfg.pretrained:
         return AutoModel.from_config(architecture(cfg))
+    path = resolve(cfg.path)
     try:
-        return AutoModel.from_pretrained(resolve(cfg.path), revision=cfg.revision,
-                                         trust_remote_code=cfg.trust_remote_code)
+        return AutoModel.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
+                                         local_files_only=_local_only(path))
     except OSError as e:
         raise UserError(_hub_hint(cfg.path)) from e
 
@@ -73,7 +103,8 @@ def load_model(cfg):
 def load_tokenizer(cfg):
     src = resolve(cfg.tokenizer or cfg.path)
     try:
-        tok = AutoTokenizer.from_pretrained(src, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+        tok = AutoTokenizer.from_pretrained(src, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
+                                            local_files_only=_local_only(src))
     except OSError as e:
         raise UserError(f"tokenizer {src!r} not found: set backbone.tokenizer=<local folder or Hub id> "
                         "(a random backbone still needs a real tokenizer)") from e

@@ -36,6 +36,13 @@ class TaskData:
 def check_glue_dir(glue_dir: Optional[str], specs: list[TaskSpec], need_train: bool = True) -> None:
     """Cheap checks before any model loads: the folder and each task's files exist."""
     if glue_dir is None:
+        from datasets import config as ds_config
+
+        from deepen_run.backbone import hub_reachable
+
+        if not ds_config.HF_HUB_OFFLINE and not hub_reachable():
+            raise UserError("data.glue_dir is unset, so GLUE comes from the Hugging Face Hub, which is "
+                            "unreachable; set DEEPEN_GLUE_DIR or data.glue_dir=<folder of GLUE TSVs>")
         return
     root = Path(glue_dir)
     if not root.is_dir():
@@ -118,7 +125,11 @@ def _from_tsv(glue_dir: str, spec: TaskSpec, stem: str, labelled: bool) -> datas
 
 
 def _from_hub(spec: TaskSpec, split: str) -> datasets.Dataset:
-    ds = datasets.load_dataset("nyu-mll/glue", spec.name, split=split)
+    try:
+        ds = datasets.load_dataset("nyu-mll/glue", spec.name, split=split)
+    except (ConnectionError, FileNotFoundError, OSError) as e:
+        raise UserError(f"GLUE {spec.name} ({split}) is not in the datasets cache and the Hub cannot be "
+                        "reached; set DEEPEN_GLUE_DIR or data.glue_dir=<folder of GLUE TSVs>") from e
     ren = {spec.text_a: "text_a"} | ({spec.text_b: "text_b"} if spec.text_b else {})
     return ds.rename_columns(ren)
 
