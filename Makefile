@@ -26,9 +26,13 @@ demo: install
 	$(BIN)/deepen-run task=sst2 backbone=minilm data.max_train_samples=4000 train.max_steps=150 \
 		train.learning_rate=5e-5 data.max_seq_length=64
 
+UI_PORT ?= 5000
 ui: install
-	@echo "MLflow UI: http://127.0.0.1:5000/#/experiments (runs table: add ?workflowType=machine_learning)"
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db --host 127.0.0.1 --port 5000
+	@mkdir -p outputs
+	@$(BIN)/python -c "from deepen_run.tracking import runs_table_url as u; \
+		print('MLflow runs table:', u('sqlite:///$(CURDIR)/outputs/mlflow.db', 'deepen-run', 'http://127.0.0.1:$(UI_PORT)'))"
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db \
+		--default-artifact-root $(CURDIR)/outputs/mlartifacts --host 127.0.0.1 --port $(UI_PORT) --workers 1
 
 clean:
 	rm -rf outputs/runs outputs/multiruns outputs/cache

@@ -150,3 +150,14 @@ class Tracker:
     def end(self, status: str = "FINISHED") -> None:
         if self.enabled and self.run_id:
             self.client.set_terminated(self.run_id, status=status)
+
+
+def runs_table_url(uri: str, experiment: str, base: str = "http://127.0.0.1:5000") -> str:
+    """MLflow 3's UI opens experiments in its GenAI view; this is the training runs table."""
+    try:
+        exp = MlflowClient(uri).get_experiment_by_name(experiment)
+    except Exception:  # noqa: BLE001 (no store yet: point at the experiment list)
+        exp = None
+    if exp is None:
+        return f"{base}/#/experiments"
+    return f"{base}/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning"
