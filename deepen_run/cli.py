@@ -1,7 +1,18 @@
-"""`deepen-run`: the Hydra entry point. Bad input prints one line and exits 2."""
+"""`deepen-run`: the Hydra entry point. Bad input prints one line and exits 2, before heavy work.
+
+- Composition errors (unknown group option or key, wrong type, bad override syntax) are Hydra's
+  own message, folded onto one line: `main` asks Hydra to raise them (HYDRA_FULL_ERROR) instead of
+  printing them over several lines, and prints them itself.
+- The pre-flight (deepen_run/preflight.py) runs before torch, the model or an MLflow run.
+- A UserError before an MLflow run exists leaves only the attempt's log in its run dir: Hydra has
+  already made the dir and .hydra/ by the time the task function runs, so they are removed again.
+- Ctrl-C / SIGTERM: the run ends KILLED with a checkpoint; exit code 128 + signal number.
+"""
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import sys
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -12,17 +23,76 @@ from deepen_run.config import ROOT, register  # noqa: E402
 from deepen_run.errors import UserError  # noqa: E402
 
 register()
+_started = False  # the task function was entered: later errors are not composition errors
+
+
+def one_line(text: str) -> str:
+    return " ".join(ln.strip() for ln in str(text).splitlines() if ln.strip())
+
+
+def fail(msg: str, code: int) -> None:
+    print(f"deepen-run: error: {one_line(msg)}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _log_only(msg: str) -> None:
+    """Record the error in the job's log file, not on the console (stderr already has it)."""
+    rec = logging.LogRecord("deepen_run", logging.ERROR, __file__, 0, msg, None, None)
+    for h in logging.getLogger().handlers:
+        if isinstance(h, logging.FileHandler):
+            h.handle(rec)
+
+
+def _clean_failed_attempt() -> None:
+    from deepen_run.checkpoint import RUN_FILE
+    from deepen_run.resume import current_dir
+
+    here = current_dir()
+    if here is None or (here / RUN_FILE).exists():
+        return  # an MLflow run exists: its dir is that run's record
+    for p in here.iterdir():
+        if p.suffix != ".log":
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
 @hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")
-def main(cfg) -> float:
-    from deepen_run.runner import run
+def _hydra_main(cfg) -> float:
+    global _started
+    _started = True
+    from deepen_run import resume
+    from deepen_run.lifecycle import GUARD, Interrupted
+    from deepen_run.preflight import check
 
     try:
-        return run(cfg)
+        cfg, home = resume.resolve(cfg)
+        tasks = check(cfg)
+        GUARD.install()
+        from deepen_run.runner import run
+
+        return run(cfg, tasks, home)
     except UserError as e:
-        print(f"deepen-run: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _log_only(one_line(e))
+        _clean_failed_attempt()
+        fail(str(e), getattr(e, "exit_code", 2))
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", 2)
+        print(f"deepen-run: stopped by {Interrupted(signum)}; the run is KILLED, its last checkpoint kept "
+              "(continue with resume=true)", file=sys.stderr)
+        sys.exit(128 + signum)
+
+
+def main() -> None:
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # raise composition errors to us instead of printing them
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        _hydra_main()
+    except (HydraException, OmegaConfBaseException) as e:
+        if _started:
+            raise
+        cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
+        fail(f"{e} {one_line(cause) if cause else ''}", 2)
 
 
 if __name__ == "__main__":

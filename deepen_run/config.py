@@ -87,6 +87,10 @@ class TrainConfig:
     eval_every: int = 0  # steps; 0 = only at the end
     log_every: int = 10
     compile: bool = False
+    # Checkpoints (deepen_run/checkpoint.py): full state every save_every steps (0 = never),
+    # the last save_total_limit kept, plus the best weights by eval/score.
+    save_every: int = 1000
+    save_total_limit: int = 2
 
 
 @dataclass
@@ -108,6 +112,9 @@ class Config:
     seed: int = 42
     dry_run: bool = False
     predict: bool = False
+    # Continue a killed run: true = the latest run dir of this same config, or a run dir path.
+    # Any, because the CLI gives a bool (resume=true) or a path.
+    resume: Any = None
 
 
 def register() -> None:

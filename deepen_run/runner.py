@@ -16,35 +16,19 @@ from accelerate.utils import set_seed
 from omegaconf import OmegaConf
 
 from deepen_run import backbone as bb
+from deepen_run import checkpoint as ck
 from deepen_run import data as gd
 from deepen_run.context import RunContext
-from deepen_run.errors import UserError
 from deepen_run.figures import sampling_plot
-from deepen_run.glue import get_tasks
+from deepen_run.lifecycle import GUARD, provenance, reap_orphans
 from deepen_run.methods import METHODS
 from deepen_run.model import count, param_report
 from deepen_run.sampling import TaskSampler
+from deepen_run.preflight import check  # noqa: F401 (the pre-flight, also for callers of runner)
+from deepen_run.redact import public_config
+from deepen_run.resume import current_dir
 from deepen_run.tracking import Tracker, flatten
 from deepen_run.train import evaluate, eval_metrics, optimizer_for, scheduler_for, train
-
-
-def check(cfg) -> list:
-    """Everything that can be checked without loading a model; returns the TaskSpecs."""
-    tasks = get_tasks(list(cfg.task.names))
-    if cfg.method.name not in METHODS:
-        raise UserError(f"unknown method {cfg.method.name!r}; choose from {', '.join(METHODS)}")
-    for key in ("learning_rate", "batch_size", "eval_batch_size", "gradient_accumulation_steps", "log_every"):
-        if not getattr(cfg.train, key) > 0:
-            raise UserError(f"train.{key}={getattr(cfg.train, key)} must be positive")
-    if cfg.train.max_steps <= 0 and not cfg.train.num_epochs > 0:
-        raise UserError("set train.max_steps or train.num_epochs to a positive number")
-    for key in ("max_train_samples", "max_eval_samples"):
-        if getattr(cfg.data, key) is not None and getattr(cfg.data, key) <= 0:
-            raise UserError(f"data.{key}={getattr(cfg.data, key)} must be positive (or null for all)")
-    if not cfg.dry_run:
-        gd.check_glue_dir(cfg.data.glue_dir, tasks)
-    bb.preflight(cfg.backbone)
-    return tasks
 
 
 def run_name(cfg) -> str:
@@ -60,12 +44,16 @@ def tags_for(cfg) -> dict[str, str]:
             "schedule": cfg.schedule.name, "seed": str(cfg.seed)}
 
 
-def run(cfg) -> float:
-    tasks = check(cfg)
+def run(cfg, tasks=None, resume_home=None) -> float:
+    """resume_home: the run dir of a killed run to continue (deepen_run/resume.py), or None."""
+    tasks = tasks or check(cfg)
+    home = resume_home or current_dir()
     accelerator = Accelerator(mixed_precision=cfg.train.mixed_precision,
                               gradient_accumulation_steps=cfg.train.gradient_accumulation_steps)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
     tracker.check()
+    reap_orphans(tracker)
+    run_id = ck.read_run_file(resume_home).get("run_id") if resume_home else None
     set_seed(cfg.seed)
     method = METHODS[cfg.method.name]
 
@@ -76,28 +64,34 @@ def run(cfg) -> float:
     sizes = param_report(model, backbone_params)
     sizes["model/num_layers"] = getattr(model.backbone.config, "num_hidden_layers", 0)
 
-    tracker.start(run_name(cfg), tags_for(cfg))
+    tracker.start(run_name(cfg), tags_for(cfg) | provenance(), run_id=run_id)
+    ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
     status = "FAILED"
     try:
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        tracker.log_params(flatten(resolved))
-        tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        if run_id:  # a resume: same run, RUNNING again; nothing it already logged is logged twice
+            tracker.resume()
+        public = public_config(cfg)
+        tracker.log_params(flatten(public))
+        tracker.log_text(OmegaConf.to_yaml(public), "config.yaml")
         tracker.log_metrics(sizes, 0)
         print(size_summary(sizes))
         if cfg.dry_run:
             status = "FINISHED"
             return float("nan")
-        score = fit(cfg, tasks, model, method, accelerator, tracker, backbone_config)
+        score = fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home, resume_home)
         status = "FINISHED"
         return score
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         status = "KILLED"
+        tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"})
         raise
     except Exception as e:
         tracker.set_tags({"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"})
         raise
     finally:
         tracker.end(status)
+        if accelerator.is_main_process:
+            ck.finish(home, status)
 
 
 def size_summary(s: dict) -> str:
@@ -106,7 +100,7 @@ def size_summary(s: dict) -> str:
             f"ratio {s['params/ratio']:.4f}x  layers {s['model/num_layers']}")
 
 
-def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config) -> float:
+def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=None, resume_home=None) -> float:
     tok = bb.load_tokenizer(cfg.backbone)
     data = {t.name: gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict) for t in tasks}
     tcfg = cfg.train
@@ -129,27 +123,35 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config) -> flo
     scheduler = scheduler_for(optimizer, tcfg, total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
+    saver = ck.Checkpointer(home, tcfg, accelerator, total)
+    loaders = saver.wrap(loaders, {t: cfg.seed + i for i, t in enumerate(data)})
+    start = saver.restore(ck.latest(resume_home) if resume_home else None)
     dev = {k: accelerator.prepare(v) for k, v in dev.items()}
     if len(tasks) > 1:
         table = sampler.table()
         tracker.log_csv(table, "sampling/probabilities.csv")
         tracker.log_figure(sampling_plot(table, list(data)), "sampling/probabilities.png")
 
-    best = {"eval/score": -math.inf}
     state = {"preds": {}, "results": {}}
 
     def run_eval(step: int) -> dict:
-        results, preds = evaluate(model, accelerator, dev, eval_specs)
+        with GUARD.deferred(False):  # a signal during evaluation stops it at once
+            results, preds = evaluate(model, accelerator, dev, eval_specs)
         flat = eval_metrics(results, task_of)
-        if flat["eval/score"] > best["eval/score"]:
-            best.update(flat)
-        tracker.log_metrics(flat | {"eval/best_score": best["eval/score"]}, step)
+        saver.save_best(model, step, flat["eval/score"])
+        tracker.log_metrics(flat | {"eval/best_score": saver.best}, step)
         state.update(preds=preds, results=results)
         return flat
 
     t0 = time.time()
-    final = train(model, optimizer, scheduler, accelerator, loaders, {t.name: t for t in tasks}, sampler, total,
-                  tcfg, tracker.log_metrics, run_eval)
+    try:
+        with GUARD.deferred():  # signals wait for the end of the step, then save and stop
+            final = train(model, optimizer, scheduler, accelerator, loaders, {t.name: t for t in tasks}, sampler,
+                          total, tcfg, tracker.log_metrics, run_eval, start_step=start, on_step=saver.on_step)
+        final = final or run_eval(total)  # resumed from a checkpoint at the last step
+    except KeyboardInterrupt:
+        saver.on_interrupt()
+        raise
     tracker.log_metrics({"train/runtime_s": time.time() - t0}, total)
     record(cfg, tracker, data, state, final, total)
     if hasattr(method, "after_train"):

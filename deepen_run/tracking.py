@@ -71,20 +71,32 @@ class Tracker:
     def __init__(self, uri: str, experiment: str, enabled: bool = True):
         self.uri, self.experiment, self.enabled = uri, experiment, enabled
         self.run_id: Optional[str] = None
+        self.logged: dict[str, set[int]] = {}  # (metric, step) pairs a resumed run already has
         if enabled:
             prepare_store(uri)
             self.client = MlflowClient(tracking_uri=uri)
 
     def check(self) -> None:
-        """Reach the store now: better to fail at start than after an hour of training."""
+        """Reach the store now: better to fail at start than after an hour of training.
+
+        MLflow retries an unreachable server for minutes (7 retries, exponential backoff, 120 s
+        timeouts); this one probe gets 1 retry and a 10 s timeout, later calls keep the defaults.
+        """
         if not self.enabled:
             return
+        quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+        saved = {k: os.environ.get(k) for k in quick}
+        os.environ.update(quick)
         try:
             self.experiment_id = get_experiment_id(self.client, self.uri, self.experiment)
         except Exception as e:  # noqa: BLE001 (any failure here means: no store)
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             raise UserError(f"tracking.uri={self.uri} is not reachable ({first}); start the server "
                             "or use the default local store") from e
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
     def start(self, run_name: str, tags: dict[str, str], run_id: Optional[str] = None) -> str:
         if not self.enabled:
@@ -97,6 +109,17 @@ class Tracker:
         else:
             self.run_id = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
         return self.run_id
+
+    def resume(self) -> None:
+        """Continuing a killed run: remember every (metric, step) it has, so none is logged twice
+        (MLflow keeps each logged value as history), and drop the last attempt's end-of-run tags."""
+        if not self.enabled:
+            return
+        run = self.client.get_run(self.run_id)
+        self.logged = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in run.data.metrics}
+        for tag in ("error", "interrupted"):
+            if tag in run.data.tags:
+                self.client.delete_tag(self.run_id, tag)
 
     def log_params(self, params: dict[str, Any]) -> None:
         if not self.enabled:
@@ -111,7 +134,7 @@ class Tracker:
         import time
 
         ts = int(time.time() * 1000)
-        items = [Metric(k, float(v), ts, step) for k, v in metrics.items()]
+        items = [Metric(k, float(v), ts, step) for k, v in metrics.items() if step not in self.logged.get(k, ())]
         for i in range(0, len(items), 1000):
             self.client.log_batch(self.run_id, metrics=items[i:i + 1000])
 

@@ -1,0 +1,182 @@
+"""Checkpoints: every train.save_every steps keep the last train.save_total_limit full states and
+the best weights by eval/score; resume one so the run continues exactly where it was.
+
+Layout, inside the run dir Hydra made for the run (its "home"):
+  run.json               the MLflow run id and store: a resume continues that run, not a new one
+  checkpoints/step-<N>/  accelerator.save_state: model.safetensors, optimizer.bin, scheduler.bin,
+                         random_states_0.pkl (all loaded back with weights_only=True by Accelerate),
+                         and trainer_state.json (step, batches consumed per task, best score)
+  checkpoints/best/      model.safetensors + trainer_state.json of the best eval/score so far
+Each is written to a temporary folder and renamed, so a crash never leaves half a checkpoint.
+
+Exactness: the task of step s is keyed by (seed, s) (sampling.py); each task's loader shuffles
+epoch e with its generator re-seeded from (seed, e) (epoch 0 keeps the loader's own seed), and a
+resumed stream skips the batches of its epoch it had already consumed with
+accelerate.skip_first_batches (indices only, no data loaded); optimizer, scheduler and RNG (dropout)
+states come back through accelerator.load_state.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from deepen_run.lifecycle import GUARD, Interrupted
+
+STATE = "trainer_state.json"
+RUN_FILE = "run.json"
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    return seed if epoch == 0 else int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+
+
+class TaskStream:
+    """One task's endless batches; where it stands is one number, the batches consumed so far."""
+
+    def __init__(self, loader, seed: int, consumed: int = 0):
+        from accelerate.data_loader import get_sampler  # lazy: resume.py/cli.py import this module light
+
+        self.loader, self.seed, self.consumed = loader, seed, consumed
+        sampler = get_sampler(loader)
+        # RandomSampler keeps `generator`; batching.LengthGroupedSampler keeps `gen`.
+        self.gen = getattr(sampler, "generator", None) or getattr(sampler, "gen", None)
+
+    def __iter__(self):
+        from accelerate.data_loader import skip_first_batches
+
+        epoch, skip = divmod(self.consumed, len(self.loader))
+        while True:
+            if self.gen is not None:
+                self.gen.manual_seed(epoch_seed(self.seed, epoch))
+            for batch in skip_first_batches(self.loader, skip) if skip else self.loader:
+                self.consumed += 1
+                yield batch
+            epoch, skip = epoch + 1, 0
+
+
+def steps_of(folder: Path) -> list[tuple[int, Path]]:
+    ckpts = folder / "checkpoints"
+    found = [(int(p.name[5:]), p) for p in ckpts.glob("step-*") if p.name[5:].isdigit() and (p / STATE).is_file()]
+    return sorted(found)
+
+
+def latest(home: Path) -> Optional[Path]:
+    found = steps_of(home)
+    return found[-1][1] if found else None
+
+
+def read_run_file(home: Path) -> dict:
+    f = home / RUN_FILE
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def write_run_file(home: Optional[Path], run_id: str, uri: str, experiment: str, status: str = "RUNNING") -> None:
+    if home is not None and run_id:
+        (home / RUN_FILE).write_text(json.dumps({"run_id": run_id, "tracking_uri": uri, "experiment": experiment,
+                                                 "status": status}))
+
+
+def finish(home: Optional[Path], status: str) -> None:
+    """Record how the run ended; a FINISHED run drops its full-state checkpoints (optimizer state is
+    twice the model, and a finished schedule cannot be continued) and keeps checkpoints/best."""
+    info = read_run_file(home) if home is not None else {}
+    if not info:
+        return
+    write_run_file(home, info["run_id"], info["tracking_uri"], info["experiment"], status)
+    if status == "FINISHED":
+        for _, p in steps_of(home):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+class Checkpointer:
+    """Saves at save_every, on an interrupt, and the best weights; restores a resumed run."""
+
+    def __init__(self, home: Optional[Path], tcfg, accelerator, total: int):
+        self.root = home / "checkpoints" if home is not None else None
+        self.every = tcfg.save_every if home is not None else 0
+        self.limit, self.acc, self.total = tcfg.save_total_limit, accelerator, total
+        self.streams: dict[str, TaskStream] = {}
+        self.step, self.saved_step = 0, -1
+        self.best, self.best_step = -math.inf, None
+
+    def wrap(self, loaders: dict, seeds: dict) -> dict:
+        self.streams = {t: TaskStream(dl, seeds[t]) for t, dl in loaders.items()}
+        return self.streams
+
+    def restore(self, ckpt: Optional[Path]) -> int:
+        """Load a checkpoint into the prepared model/optimizer/scheduler; returns its step."""
+        if ckpt is None:
+            return 0
+        self.acc.load_state(str(ckpt))
+        st = json.loads((ckpt / STATE).read_text())
+        for t, n in st["consumed"].items():
+            self.streams[t].consumed = n
+        self.step = self.saved_step = st["step"]
+        self.best, self.best_step = st.get("best_score", -math.inf), st.get("best_step")
+        return self.step
+
+    def _state(self, step: int) -> dict:
+        return {"step": step, "consumed": {t: s.consumed for t, s in self.streams.items()},
+                "best_score": self.best, "best_step": self.best_step}
+
+    def _write(self, final: Path, fill) -> None:
+        tmp = final.with_name(final.name + ".tmp")
+        if self.acc.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self.acc.wait_for_everyone()
+        fill(tmp)
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+
+    def save(self, step: int) -> None:
+        if self.root is None or step == self.saved_step:
+            return
+
+        def fill(tmp: Path):
+            self.acc.save_state(str(tmp), safe_serialization=True)
+            if self.acc.is_main_process:
+                (tmp / STATE).write_text(json.dumps(self._state(step)))
+
+        self._write(self.root / f"step-{step}", fill)
+        self.saved_step = step
+        if self.acc.is_main_process:
+            for _, old in steps_of(self.root.parent)[:-self.limit]:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def save_best(self, model, step: int, score: float) -> None:
+        if score <= self.best:
+            return
+        self.best, self.best_step = score, step
+        if self.root is None or self.every == 0:
+            return
+
+        def fill(tmp: Path):
+            self.acc.save_model(model, str(tmp), safe_serialization=True)
+            if self.acc.is_main_process:
+                (tmp / STATE).write_text(json.dumps(self._state(step)))
+
+        self._write(self.root / "best", fill)
+
+    def on_step(self, done: int) -> None:
+        """After each step: periodic save, then a deferred signal stops the run here, saved."""
+        self.step = done
+        if self.every and done % self.every == 0 and done < self.total:
+            self.save(done)
+        if GUARD.pending is not None:
+            self.save(done)
+            GUARD.raise_pending()
+
+    def on_interrupt(self) -> None:
+        if self.step > 0:
+            self.save(self.step)
+
+
+__all__ = ["Checkpointer", "Interrupted", "TaskStream", "latest", "read_run_file", "write_run_file"]

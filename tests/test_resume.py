@@ -1,0 +1,146 @@
+"""Crash, interrupt, divergence and reruns of real training processes (tiny random BERT on real
+SST-2 rows): a SIGKILLed run resumes to exactly the metrics of an uninterrupted one, in the same
+MLflow run with no step logged twice; SIGTERM ends KILLED with a checkpoint; a NaN loss ends FAILED
+with its message; the same seed gives identical metrics."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import cli, runs_of
+
+pytestmark = pytest.mark.e2e
+
+# 32 batches an epoch, so 120 steps cross three epoch boundaries (re-shuffles) and the resume
+# point (step 20 or later) falls mid-epoch; dropout is on, so RNG state must come back too.
+TINY = ["backbone=tiny", "task=sst2", "data.max_train_samples=256", "data.max_eval_samples=64",
+        "data.max_seq_length=32", "train.batch_size=8", "train.max_steps=120", "train.save_every=20",
+        "train.log_every=10", "train.eval_every=40", "seed=3"]
+ENV = {"OMP_NUM_THREADS": "1"}  # a tiny model gains nothing from threads on a shared machine
+
+
+def args(glue_dir, uri, run_dir, *extra):
+    return [*TINY, f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.run.dir={run_dir}", *extra]
+
+
+def start(*a) -> subprocess.Popen:
+    exe = Path(sys.executable).with_name("deepen-run")
+    return subprocess.Popen([str(exe), *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **ENV})
+
+
+def wait_for_checkpoint(proc, run_dir: Path, timeout=300) -> Path:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        found = sorted((run_dir / "checkpoints").glob("step-*/trainer_state.json"))
+        if found:
+            return found[0].parent
+        assert proc.poll() is None, f"the run ended before its first checkpoint: {proc.stderr.read()[-2000:]}"
+        time.sleep(0.02)
+    raise AssertionError("no checkpoint appeared")
+
+
+def history(client, run) -> dict:
+    return {k: [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, k), key=lambda m: m.step)]
+            for k in run.data.metrics if k != "train/runtime_s"}
+
+
+def final(run) -> dict:
+    return {k: v for k, v in run.data.metrics.items() if k != "train/runtime_s"}
+
+
+@pytest.fixture(scope="module")
+def reference(glue_dir, tmp_path_factory):
+    """One uninterrupted run: what resumes must reproduce."""
+    tmp = tmp_path_factory.mktemp("ref")
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    r = cli(*args(glue_dir, uri, tmp / "runs" / "ref"), env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    client, (run,) = runs_of(uri)
+    return uri, client, run, tmp / "runs" / "ref"
+
+
+def test_same_seed_same_metrics_and_provenance(reference, glue_dir, tmp_path):
+    uri, client, run, ref_dir = reference
+    assert run.info.status == "FINISHED"
+    # A finished run keeps its best weights (safetensors) but no full-state checkpoints.
+    assert not list((ref_dir / "checkpoints").glob("step-*")) and (ref_dir / "checkpoints/best/model.safetensors").is_file()
+    again = f"sqlite:///{tmp_path}/mlflow.db"
+    r = cli(*args(glue_dir, again, tmp_path / "run"), env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    client2, (run2,) = runs_of(again)
+    assert final(run2) == final(run) and "eval/sst2/accuracy" in final(run)
+    assert history(client2, run2) == history(client, run)
+    tags = run.data.tags
+    assert tags["seed"] == "3" and len(tags["git_commit"]) in (7, 40) or tags["git_commit"] == "unknown"
+    assert {"version/torch", "version/transformers", "version/datasets", "version/accelerate", "version/mlflow",
+            "version/hydra-core"} <= set(tags)
+    assert run.data.params["seed"] == "3" and "resume" not in run.data.params
+
+
+def test_sigkill_then_resume_equals_uninterrupted(reference, glue_dir, tmp_path):
+    _, ref_client, ref_run, _ = reference
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    killed = tmp_path / "runs" / "killed"
+    proc = start(*args(glue_dir, uri, killed))
+    first = wait_for_checkpoint(proc, killed)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    state = json.loads((first / "trainer_state.json").read_text())
+    assert state["step"] == 20 and state["consumed"] == {"sst2": 20}
+    client, (run,) = runs_of(uri)
+    assert run.info.status == "RUNNING"  # nothing can end a run from inside a SIGKILLed process
+
+    # resume=true finds the killed run's dir next to this command's run dir (same config).
+    r = cli(*args(glue_dir, uri, tmp_path / "runs" / "resume", "resume=true"), env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    client, runs = runs_of(uri)
+    assert len(runs) == 1 and runs[0].info.run_id == run.info.run_id
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert final(run) == final(ref_run)
+    got = history(client, run)
+    for key, points in got.items():
+        steps = [s for s, _ in points]
+        assert len(steps) == len(set(steps)), f"{key} logged twice at a step: {steps}"
+    assert got == history(ref_client, ref_run)
+    # The resuming command's own dir holds only its log and .hydra/; checkpoints stay with the run.
+    assert sorted(p.name for p in (tmp_path / "runs" / "resume").iterdir()) == [".hydra", "cli.log"]
+
+
+def test_sigterm_ends_killed_with_a_checkpoint(glue_dir, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_dir = tmp_path / "run"
+    proc = start(*args(glue_dir, uri, run_dir, "train.max_steps=100000", "train.save_every=20"))
+    wait_for_checkpoint(proc, run_dir)
+    time.sleep(0.3)  # let it get past the periodic checkpoint: the interrupt saves its own
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("train:")]
+    assert "Traceback" not in err and "stopped by SIGTERM" in lines[-1]
+    client, (run,) = runs_of(uri)
+    assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGTERM"
+    ckpts = sorted((run_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))
+    assert ckpts and not list((run_dir / "checkpoints").glob("*.tmp"))
+    last = ckpts[-1]
+    assert json.loads((last / "trainer_state.json").read_text())["step"] == int(last.name[5:])
+    assert {"model.safetensors", "optimizer.bin", "scheduler.bin"} <= {p.name for p in last.iterdir()}
+
+
+def test_nan_loss_fails_with_a_message(glue_dir, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    r = cli(*args(glue_dir, uri, tmp_path / "run", "train.learning_rate=1e30", "train.warmup_ratio=0"), env=ENV)
+    assert r.returncode == 1, r.stderr[-3000:]
+    lines = [ln for ln in r.stderr.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("train:")]
+    assert "Traceback" not in r.stderr and lines[-1].startswith("deepen-run: error: training loss is")
+    client, (run,) = runs_of(uri)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["error"].startswith("NonFiniteLoss: training loss is")
+    losses = client.get_metric_history(run.info.run_id, "train/loss")
+    assert all(m.value == m.value for m in losses)  # no NaN was ever logged
