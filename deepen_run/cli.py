@@ -20,7 +20,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import hydra  # noqa: E402
 
 from deepen_run.config import ROOT, register  # noqa: E402
-from deepen_run.errors import UserError  # noqa: E402
+from deepen_run.errors import NonFiniteLoss, UserError  # noqa: E402
 
 register()
 _started = False  # the task function was entered: later errors are not composition errors
@@ -30,8 +30,9 @@ def one_line(text: str) -> str:
     return " ".join(ln.strip() for ln in str(text).splitlines() if ln.strip())
 
 
-def fail(msg: str, code: int) -> None:
-    print(f"deepen-run: error: {one_line(msg)}", file=sys.stderr)
+def fail(msg: str, code: int, newline: bool = False) -> None:
+    # newline: a progress bar may hold the cursor mid-line; the message gets a line of its own.
+    print(f"{chr(10) if newline else ''}deepen-run: error: {one_line(msg)}", file=sys.stderr)
     sys.exit(code)
 
 
@@ -73,10 +74,10 @@ def _hydra_main(cfg) -> float:
     except UserError as e:
         _log_only(one_line(e))
         _clean_failed_attempt()
-        fail(str(e), getattr(e, "exit_code", 2))
+        fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss))
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", 2)
-        print(f"deepen-run: stopped by {Interrupted(signum)}; the run is KILLED, its last checkpoint kept "
+        print(f"\ndeepen-run: stopped by {Interrupted(signum)}; the run is KILLED, its last checkpoint kept "
               "(continue with resume=true)", file=sys.stderr)
         sys.exit(128 + signum)
 

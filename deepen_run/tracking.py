@@ -80,12 +80,12 @@ class Tracker:
         """Reach the store now: better to fail at start than after an hour of training.
 
         MLflow retries an unreachable server for minutes (7 retries, exponential backoff, 120 s
-        timeouts); this one probe gets 1 retry and a 10 s timeout, later calls keep the defaults.
+        timeouts); this one probe gets no retry and a 10 s timeout (a refused connection fails at
+        once), later calls keep the defaults so a blip mid-run is still retried.
         """
         if not self.enabled:
             return
-        quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+        quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
         saved = {k: os.environ.get(k) for k in quick}
         os.environ.update(quick)
         try:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import cli, runs_of
+from deepen_run.lifecycle import reap_orphans
+from deepen_run.tracking import Tracker
 
 pytestmark = pytest.mark.e2e
 
@@ -25,7 +27,9 @@ ENV = {"OMP_NUM_THREADS": "1"}  # a tiny model gains nothing from threads on a s
 
 
 def args(glue_dir, uri, run_dir, *extra):
-    return [*TINY, f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.run.dir={run_dir}", *extra]
+    # One store for the module (its tables are made once), one experiment per test.
+    return [*TINY, f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.run.dir={run_dir}",
+            f"tracking.experiment={run_dir.parent.name}", *extra]
 
 
 def start(*a) -> subprocess.Popen:
@@ -55,14 +59,18 @@ def final(run) -> dict:
 
 
 @pytest.fixture(scope="module")
-def reference(glue_dir, tmp_path_factory):
+def store(tmp_path_factory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db"
+
+
+@pytest.fixture(scope="module")
+def reference(glue_dir, store, tmp_path_factory):
     """One uninterrupted run: what resumes must reproduce."""
-    tmp = tmp_path_factory.mktemp("ref")
-    uri = f"sqlite:///{tmp}/mlflow.db"
-    r = cli(*args(glue_dir, uri, tmp / "runs" / "ref"), env=ENV)
+    run_dir = tmp_path_factory.mktemp("ref") / "ref" / "run"
+    r = cli(*args(glue_dir, store, run_dir), env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
-    client, (run,) = runs_of(uri)
-    return uri, client, run, tmp / "runs" / "ref"
+    client, (run,) = runs_of(store, "ref")
+    return store, client, run, run_dir
 
 
 def test_same_seed_same_metrics_and_provenance(reference, glue_dir, tmp_path):
@@ -70,10 +78,9 @@ def test_same_seed_same_metrics_and_provenance(reference, glue_dir, tmp_path):
     assert run.info.status == "FINISHED"
     # A finished run keeps its best weights (safetensors) but no full-state checkpoints.
     assert not list((ref_dir / "checkpoints").glob("step-*")) and (ref_dir / "checkpoints/best/model.safetensors").is_file()
-    again = f"sqlite:///{tmp_path}/mlflow.db"
-    r = cli(*args(glue_dir, again, tmp_path / "run"), env=ENV)
+    r = cli(*args(glue_dir, uri, tmp_path / "again" / "run"), env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
-    client2, (run2,) = runs_of(again)
+    client2, (run2,) = runs_of(uri, "again")
     assert final(run2) == final(run) and "eval/sst2/accuracy" in final(run)
     assert history(client2, run2) == history(client, run)
     tags = run.data.tags
@@ -84,8 +91,7 @@ def test_same_seed_same_metrics_and_provenance(reference, glue_dir, tmp_path):
 
 
 def test_sigkill_then_resume_equals_uninterrupted(reference, glue_dir, tmp_path):
-    _, ref_client, ref_run, _ = reference
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    uri, ref_client, ref_run, _ = reference
     killed = tmp_path / "runs" / "killed"
     proc = start(*args(glue_dir, uri, killed))
     first = wait_for_checkpoint(proc, killed)
@@ -93,13 +99,18 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, glue_dir, tmp_path)
     proc.wait(timeout=60)
     state = json.loads((first / "trainer_state.json").read_text())
     assert state["step"] == 20 and state["consumed"] == {"sst2": 20}
-    client, (run,) = runs_of(uri)
+    client, (run,) = runs_of(uri, "runs")
     assert run.info.status == "RUNNING"  # nothing can end a run from inside a SIGKILLed process
+    # ...but the next run in the experiment sees its process is gone and ends it KILLED.
+    tracker = Tracker(uri, "runs")
+    tracker.check()
+    assert reap_orphans(tracker) == [run.info.run_id]
+    assert client.get_run(run.info.run_id).info.status == "KILLED"
 
     # resume=true finds the killed run's dir next to this command's run dir (same config).
     r = cli(*args(glue_dir, uri, tmp_path / "runs" / "resume", "resume=true"), env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
-    client, runs = runs_of(uri)
+    client, runs = runs_of(uri, "runs")
     assert len(runs) == 1 and runs[0].info.run_id == run.info.run_id
     run = runs[0]
     assert run.info.status == "FINISHED"
@@ -113,9 +124,8 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, glue_dir, tmp_path)
     assert sorted(p.name for p in (tmp_path / "runs" / "resume").iterdir()) == [".hydra", "cli.log"]
 
 
-def test_sigterm_ends_killed_with_a_checkpoint(glue_dir, tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    run_dir = tmp_path / "run"
+def test_sigterm_ends_killed_with_a_checkpoint(glue_dir, store, tmp_path):
+    uri, run_dir = store, tmp_path / "sigterm" / "run"
     proc = start(*args(glue_dir, uri, run_dir, "train.max_steps=100000", "train.save_every=20"))
     wait_for_checkpoint(proc, run_dir)
     time.sleep(0.3)  # let it get past the periodic checkpoint: the interrupt saves its own
@@ -124,7 +134,7 @@ def test_sigterm_ends_killed_with_a_checkpoint(glue_dir, tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("train:")]
     assert "Traceback" not in err and "stopped by SIGTERM" in lines[-1]
-    client, (run,) = runs_of(uri)
+    client, (run,) = runs_of(uri, "sigterm")
     assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGTERM"
     ckpts = sorted((run_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name[5:]))
     assert ckpts and not list((run_dir / "checkpoints").glob("*.tmp"))
@@ -133,13 +143,13 @@ def test_sigterm_ends_killed_with_a_checkpoint(glue_dir, tmp_path):
     assert {"model.safetensors", "optimizer.bin", "scheduler.bin"} <= {p.name for p in last.iterdir()}
 
 
-def test_nan_loss_fails_with_a_message(glue_dir, tmp_path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    r = cli(*args(glue_dir, uri, tmp_path / "run", "train.learning_rate=1e30", "train.warmup_ratio=0"), env=ENV)
+def test_nan_loss_fails_with_a_message(glue_dir, store, tmp_path):
+    uri = store
+    r = cli(*args(glue_dir, uri, tmp_path / "nan" / "run", "train.learning_rate=1e30", "train.warmup_ratio=0"), env=ENV)
     assert r.returncode == 1, r.stderr[-3000:]
     lines = [ln for ln in r.stderr.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("train:")]
     assert "Traceback" not in r.stderr and lines[-1].startswith("deepen-run: error: training loss is")
-    client, (run,) = runs_of(uri)
+    client, (run,) = runs_of(uri, "nan")
     assert run.info.status == "FAILED"
     assert run.data.tags["error"].startswith("NonFiniteLoss: training loss is")
     losses = client.get_metric_history(run.info.run_id, "train/loss")
