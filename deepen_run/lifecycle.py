@@ -64,10 +64,12 @@ GUARD = SignalGuard()
 
 def provenance() -> dict[str, str]:
     """Tags that say what produced the numbers: library versions, git commit, host and process."""
+    from deepen_run.redact import mask_string, secret_env_values
     from deepen_run.tracking import git_commit
 
+    command = mask_string(" ".join(sys.argv), secret_env_values())[:4000]  # an override may hold a password
     tags = {"git_commit": git_commit(), "version/python": platform.python_version(),
-            "host": socket.gethostname(), "pid": str(os.getpid()), "command": " ".join(sys.argv)[:4000]}
+            "host": socket.gethostname(), "pid": str(os.getpid()), "command": command}
     for lib in LIBRARIES:
         try:
             tags[f"version/{lib}"] = metadata.version(lib)
