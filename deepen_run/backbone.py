@@ -89,15 +89,6 @@ def _local_only(path: str) -> bool:
     return not os.path.isdir(path) and not hub_reachable()
 
 
-def load_config(cfg):
-    """The backbone's HF config without its weights (for pre-flight checks of a method's options)."""
-    if not cfg.pretrained:
-        return architecture(cfg)
-    path = resolve(cfg.path)
-    return AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
-                                      local_files_only=_local_only(path))
-
-
 def load_model(cfg):
     if not cfg.pretrained:
         return AutoModel.from_config(architecture(cfg))

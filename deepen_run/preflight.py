@@ -51,14 +51,12 @@ def numbers(cfg) -> None:
 
 
 def method_checks(cfg, tasks) -> None:
-    """A method may define check(method_cfg, backbone_config, tasks) for its own options (layer
-    indices against the backbone's depth, ...): it reads the backbone's config, not its weights."""
+    """A method may define check(cfg) for its own options; it gets the whole config because they
+    may depend on the backbone (layer indices against its depth, read from its config file)."""
     from deepen_run.methods import METHODS
 
     module = METHODS.get(cfg.method.name)
     if module is None:
         raise UserError(f"unknown method {cfg.method.name!r}; choose from {', '.join(METHODS)}")
     if hasattr(module, "check"):
-        from deepen_run import backbone as bb
-
-        module.check(cfg.method, bb.load_config(cfg.backbone), tasks)
+        module.check(cfg)
