@@ -8,9 +8,12 @@ A method module provides
 and optionally
   after_build(model, ctx)      before training (ctx: deepen_run.context.RunContext)
   after_train(model, ctx)      after the final evaluation (figures, tables)
+  check(cfg)                   cheap validation of the whole config before anything loads (called
+                               by preflight.method_checks after the backbone preflight); raise UserError
 """
-from deepen_run.methods import baseline
+from deepen_run.methods import baseline, duplicate
 
 METHODS = {
     "baseline": baseline,
+    "duplicate": duplicate,
 }

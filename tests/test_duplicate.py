@@ -1,0 +1,137 @@
+"""method=duplicate: layer surgery contracts on a tiny random BERT, and one short MiniLM run."""
+import pytest
+import torch
+from transformers import AutoModel
+
+from conftest import cli, make_cfg, runs_of
+from deepen_run import backbone as bb
+from deepen_run.errors import UserError
+from deepen_run.glue import get_tasks
+from deepen_run.layers import layer_order
+from deepen_run.methods import duplicate
+from deepen_run.runner import check
+
+
+def build(layers, seed=0):
+    cfg = make_cfg("backbone=tiny", "method=duplicate", f"method.layers=[{','.join(map(str, layers))}]")
+    torch.manual_seed(seed)
+    backbone = bb.load_model(cfg.backbone)
+    original = [{k: v.clone() for k, v in layer.state_dict().items()} for layer in backbone.encoder.layer]
+    model = duplicate.build(backbone, cfg.method, get_tasks(["sst2"]))
+    return model, original
+
+
+def inputs(B=3, T=9):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1000, 2000, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[0, 5:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+def same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_depth_copies_and_bookkeeping():
+    model, original = build([1, 0])
+    layers = model.backbone.encoder.layer
+    assert len(layers) == 4 and model.backbone.config.num_hidden_layers == 4  # L + k
+    # New stack: 0, copy of 0, 1, copy of 1; originals keep their pretrained weights.
+    for pos, src in enumerate([0, 0, 1, 1]):
+        assert all(torch.equal(layers[pos].state_dict()[k], v) for k, v in original[src].items())
+    assert model.original_positions == [0, 2]
+    # Parameters are not shared between a layer and its copy.
+    ptrs = [{p.data_ptr() for p in layer.parameters()} for layer in layers]
+    assert not ptrs[0] & ptrs[1] and not ptrs[2] & ptrs[3]
+    assert [layer.attention.self.layer_idx for layer in layers] == [0, 1, 2, 3]
+
+
+def test_listing_a_layer_twice_gives_two_copies():
+    model, _ = build([1, 1])
+    layers = model.backbone.encoder.layer
+    assert len(layers) == 4
+    assert same(layers[1], layers[2]) and same(layers[1], layers[3])
+    assert len({id(layers[i]) for i in (1, 2, 3)}) == 3
+    assert model.original_positions == [0, 1]
+
+
+def test_original_positions_reproduce_the_pretrained_model():
+    torch.manual_seed(0)
+    plain = bb.load_model(make_cfg("backbone=tiny").backbone).eval()
+    x = inputs()
+    with torch.no_grad():
+        want = plain(**x).last_hidden_state
+    model, _ = build([0, 1, 1])
+    model.eval()
+    with torch.no_grad(), layer_order(model.backbone, model.original_positions):
+        got = model.backbone(**x).last_hidden_state
+        assert model.backbone.config.num_hidden_layers == 2
+    assert torch.allclose(got, want, atol=1e-6)
+    assert model.backbone.config.num_hidden_layers == 5  # restored after the context
+    with torch.no_grad():
+        assert not torch.allclose(model.backbone(**x).last_hidden_state, want, atol=1e-4)
+
+
+def test_copy_and_source_train_independently():
+    model, _ = build([0])
+    src, cp = model.backbone.encoder.layer[0], model.backbone.encoder.layer[1]
+    # A step that only updates the copy leaves its source unchanged.
+    before = {k: v.clone() for k, v in src.state_dict().items()}
+    opt = torch.optim.SGD(cp.parameters(), lr=1.0)
+    model("sst2", **inputs()).sum().backward()
+    opt.step()
+    assert all(torch.equal(src.state_dict()[k], v) for k, v in before.items())
+    assert not same(src, cp)
+    # A step on the whole model moves both, differently (they get different gradients).
+    model, _ = build([0])
+    src, cp = model.backbone.encoder.layer[0], model.backbone.encoder.layer[1]
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    model("sst2", **inputs()).sum().backward()
+    assert not torch.equal(src.intermediate.dense.weight.grad, cp.intermediate.dense.weight.grad)
+    opt.step()
+    assert not same(src, cp)
+
+
+def test_save_pretrained_round_trip(tmp_path):
+    model, _ = build([1, 0, 1])
+    backbone = model.backbone.eval()
+    backbone.save_pretrained(tmp_path)
+    loaded = AutoModel.from_pretrained(tmp_path).eval()
+    assert loaded.config.num_hidden_layers == 5 and len(loaded.encoder.layer) == 5
+    assert [layer.attention.self.layer_idx for layer in loaded.encoder.layer] == list(range(5))
+    with torch.no_grad():
+        a, b = backbone(**inputs()), loaded(**inputs())
+    assert torch.equal(a.last_hidden_state, b.last_hidden_state)
+    assert torch.equal(a.pooler_output, b.pooler_output)
+
+
+@pytest.mark.parametrize("layers", [[2], [0, -1], [5, 1]])
+def test_invalid_indices_name_the_valid_range(layers):
+    with pytest.raises(UserError, match=r"valid indices are 0\.\.1"):
+        build(layers)
+
+
+def test_invalid_indices_fail_in_the_cheap_checks(glue_dir):
+    # runner.check() runs before any weights load; MiniLM's depth comes from its config.json.
+    cfg = make_cfg("backbone=minilm", "method=duplicate", "method.layers=[2,6]", f"data.glue_dir={glue_dir}")
+    with pytest.raises(UserError, match=r"method.layers=\[2, 6\]: \[6\] out of range.*0\.\.5"):
+        check(cfg)
+    check(make_cfg("backbone=minilm", "method=duplicate", "method.layers=[0,5,5]", f"data.glue_dir={glue_dir}"))
+
+
+@pytest.mark.e2e
+def test_minilm_run_records_depth_and_cosine(glue_dir, mlflow_uri):
+    r = cli("method=duplicate", "method.layers=[2]", "task=sst2", "backbone=minilm", f"data.glue_dir={glue_dir}",
+            "data.max_train_samples=64", "data.max_eval_samples=64", "method.cosine_samples=64",
+            "train.max_steps=2", "train.batch_size=8", f"tracking.uri={mlflow_uri}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    client, (run,) = runs_of(mlflow_uri)
+    m = run.data.metrics
+    assert m["model/num_layers"] == 7
+    # Duplicating a middle layer of a pretrained encoder moves its output, but not far.
+    assert 0.5 < m["duplicate/cosine_before_finetune"] < 0.9999
+    assert run.data.tags["method"] == "duplicate" and run.data.tags["duplicate.layers"] == "[2]"
+    assert "eval/sst2/accuracy" in m
+    assert m["params/method"] == 1774464  # one MiniLM layer: attention 4*(384*384+384) + 2 LN + FFN
