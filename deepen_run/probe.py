@@ -60,22 +60,17 @@ def mean_cosine(ref: list[torch.Tensor], out: list[torch.Tensor], batches: list[
 
 
 def mask_tokens(batches: list[dict], tokenizer, prob: float, seed: int) -> list[tuple[dict, torch.Tensor]]:
-    """Replace a seeded random `prob` of the real, non-special tokens by the mask token (at least
-    one per example); returns (masked batch, boolean positions that were masked)."""
-    g = torch.Generator().manual_seed(seed)
+    """Replace a seeded random `prob` of the real, non-special tokens by the mask token (all of
+    them by [MASK]: we measure reconstruction, not train); returns (masked batch, masked positions)."""
+    from transformers import DataCollatorForLanguageModeling
+
+    collate = DataCollatorForLanguageModeling(tokenizer, mlm_probability=prob, mask_replace_prob=1.0,
+                                              random_replace_prob=0.0, seed=seed, return_tensors="pt")
     out = []
     for b in batches:
-        ids = b["input_ids"]
-        special = torch.tensor([tokenizer.get_special_tokens_mask(row, already_has_special_tokens=True)
-                                for row in ids.tolist()], dtype=torch.bool)
-        candidate = (b["attention_mask"] == 1) & ~special
-        pick = (torch.rand(ids.shape, generator=g) < prob) & candidate
-        # Guarantee one masked token per example so every example counts.
-        score = torch.rand(ids.shape, generator=g).masked_fill(~candidate, -1.0)
-        first = torch.zeros_like(pick).scatter_(1, score.argmax(1, keepdim=True), True) & candidate
-        pick |= first
-        masked = dict(b, input_ids=ids.masked_fill(pick, tokenizer.mask_token_id))
-        out.append((masked, pick))
+        rows = [{k: v[r].tolist() for k, v in b.items()} for r in range(len(b["input_ids"]))]
+        m = collate(rows)
+        out.append(({k: m[k] for k in b}, m["labels"] != -100))
     return out
 
 

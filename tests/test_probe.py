@@ -88,7 +88,6 @@ def test_mask_tokens_masks_real_tokens_only(glue_dir):
     masked = probe.mask_tokens(batches, tok, 0.15, seed=0)
     total = real = 0
     for (b, pick), orig in zip(masked, batches):
-        assert (pick.sum(1) >= 1).all()  # every example has a masked token
         assert not pick[orig["attention_mask"] == 0].any()  # never padding
         assert not pick[:, 0].any()  # never [CLS]
         assert (b["input_ids"][pick] == tok.mask_token_id).all()
