@@ -55,12 +55,13 @@ def checkpoint_keys(bcfg) -> Optional[set]:
     from safetensors import safe_open
     from transformers.utils import cached_file
 
-    from deepen_run.backbone import resolve
+    from deepen_run import backbone as bb
 
-    path = resolve(bcfg.path)
+    path = bb.resolve(bcfg.path)
     for name in ("model.safetensors", "model.safetensors.index.json"):
         try:
-            f = cached_file(path, name, revision=bcfg.revision, _raise_exceptions_for_missing_entries=False)
+            f = cached_file(path, name, revision=bcfg.revision, local_files_only=bb._local_only(path),
+                            _raise_exceptions_for_missing_entries=False)
         except OSError:
             f = None
         if f and name.endswith(".json"):
@@ -84,9 +85,10 @@ def load(bcfg):
     if keys is not None and not any(k.startswith(MLM_HEAD_PREFIXES) for k in keys):
         return bb.load_model(bcfg), None, (f"checkpoint {bcfg.path} ships the bare encoder, without its "
                                            "pretrained MLM head")
-    mlm, info = AutoModelForMaskedLM.from_pretrained(resolve(bcfg.path), revision=bcfg.revision,
-                                                     trust_remote_code=bcfg.trust_remote_code,
-                                                     output_loading_info=True)
+    path = resolve(bcfg.path)
+    mlm, info = AutoModelForMaskedLM.from_pretrained(
+        path, revision=bcfg.revision, trust_remote_code=bcfg.trust_remote_code,
+        local_files_only=bb._local_only(path), output_loading_info=True)
     if info["missing_keys"]:  # no safetensors header to read: the load tells us instead
         return bb.load_model(bcfg), None, f"checkpoint {bcfg.path} has no pretrained MLM head weights"
     return mlm.base_model, mlm, ""

@@ -146,7 +146,8 @@ def test_deepen_probe_on_minilm(glue_dir, mlflow_uri):
     assert "without its pretrained MLM head" in res.stdout and "suggested: method.layers=[" in res.stdout
     assert run.info.status == "FINISHED" and run.data.tags["probe"] == "true"
     assert "bare encoder" in run.data.tags["probe.mlm_note"]
-    assert run.data.tags["probe.suggested_layers"] == res.stdout.split("method.layers=")[1].split(" ")[0].replace(",", ", ")
+    printed = res.stdout.split("method.layers=")[1].split(" ")[0]
+    assert run.data.tags["probe.suggested_layers"] == printed.replace(",", ", ")
     assert {"probe/redundancy.csv", "probe/redundancy.png", "probe/summary.txt"} <= \
         {a.path for a in client.list_artifacts(run.info.run_id, "probe")}
     assert [m.step for m in client.get_metric_history(run.info.run_id, "probe/cos_removed")] == list(range(6))

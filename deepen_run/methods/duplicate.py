@@ -33,9 +33,11 @@ def backbone_depth(bcfg) -> int:
 
     from deepen_run.backbone import resolve
 
-    conf = AutoConfig.from_pretrained(resolve(bcfg.path), revision=bcfg.revision,
-                                      trust_remote_code=bcfg.trust_remote_code)
-    return conf.num_hidden_layers
+    kw = dict(revision=bcfg.revision, trust_remote_code=bcfg.trust_remote_code)
+    try:  # a cached Hub config reads without the network (the preflight already found it)
+        return AutoConfig.from_pretrained(resolve(bcfg.path), local_files_only=True, **kw).num_hidden_layers
+    except (OSError, ValueError):
+        return AutoConfig.from_pretrained(resolve(bcfg.path), **kw).num_hidden_layers
 
 
 def check(cfg) -> None:
