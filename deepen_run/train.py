@@ -18,13 +18,18 @@ from deepen_run.model import task_loss
 
 
 def optimizer_for(model: torch.nn.Module, tcfg, device_type: str) -> torch.optim.Optimizer:
-    """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor)."""
-    decay, flat = [], []
+    """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor).
+
+    A method may mark parameters it adds from scratch with `p.lr_scale = k` (learning rate k x
+    train.learning_rate, e.g. HIRE's GRUs); the schedule still scales every group alike.
+    """
+    groups: dict[tuple, list] = {}
     for p in model.parameters():
         if p.requires_grad:
-            (flat if p.ndim < 2 else decay).append(p)
-    groups = [{"params": decay, "weight_decay": tcfg.weight_decay}, {"params": flat, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=tcfg.learning_rate, fused=device_type == "cuda")
+            groups.setdefault((p.ndim >= 2, getattr(p, "lr_scale", 1.0)), []).append(p)
+    params = [{"params": ps, "weight_decay": tcfg.weight_decay if decay else 0.0, "lr": tcfg.learning_rate * k}
+              for (decay, k), ps in groups.items()]
+    return torch.optim.AdamW(params, lr=tcfg.learning_rate, fused=device_type == "cuda")
 
 
 def scheduler_for(optimizer, tcfg, total_steps: int):

@@ -11,9 +11,10 @@ and optionally
   check(cfg)                   cheap validation of the whole config before anything loads (called
                                by preflight.method_checks after the backbone preflight); raise UserError
 """
-from deepen_run.methods import baseline, duplicate
+from deepen_run.methods import baseline, duplicate, hire
 
 METHODS = {
     "baseline": baseline,
     "duplicate": duplicate,
+    "hire": hire,
 }

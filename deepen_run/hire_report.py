@@ -1,0 +1,99 @@
+"""What HIRE learned about the layers: importances on the dev set, as tables and figures for MLflow.
+
+  hire/importance.csv        mean alpha per task (rows) over its whole dev set, one column per layer
+  hire/importance.png        the same as an annotated heatmap: which layers each task leans on
+  hire/examples.csv          alpha of the first `method.report_examples` dev examples of each task
+  hire/examples/<task>.png   those examples x layers, each row labelled with its text
+  metrics hire/<task>/layer_<j>   the mean importances, for comparing runs in the MLflow UI
+
+Layer j is the backbone's hidden_states[j]: layer_0 is the embedding output, layer_L the last layer.
+"""
+from __future__ import annotations
+
+import torch
+
+from deepen_run import data as gd
+from deepen_run.figures import plt
+from deepen_run.train import batch_inputs
+
+
+@torch.no_grad()
+def collect(model, ctx, task: str, sample: int):
+    """-> mean alpha (J,) over all of the task's dev sets, and (texts, labels, alpha (n, J)) of the first `sample`."""
+    tok, device = ctx.tokenizer, ctx.accelerator.device
+    total, n = None, 0
+    texts, labels, first = [], [], []
+    for ds in ctx.data[task].dev.values():
+        loader = gd.make_loader(ds, tok, ctx.cfg.train.eval_batch_size, False, ctx.cfg.seed)
+        for batch in loader:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            alpha = model.importance(task, **batch_inputs(batch)).float()
+            total = alpha.sum(0) if total is None else total + alpha.sum(0)
+            n += alpha.shape[0]
+            take = max(0, sample - len(first))
+            if take:
+                first.extend(alpha[:take].cpu())
+                texts.extend(tok.batch_decode(batch["input_ids"][:take], skip_special_tokens=True))
+                labels.extend(batch["labels"][:take].tolist())
+    mean = (total / n).cpu()
+    return mean, texts, labels, torch.stack(first) if first else torch.zeros(0, mean.numel())
+
+
+def snippet(text: str, width: int = 48) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str, annotate: bool = True):
+    """An annotated rows x layers heatmap; the colour scale starts at 0 so equal weights look equal."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    fig, ax = plt.subplots(figsize=(1.6 + 0.8 * len(cols) + 0.06 * max(map(len, rows), default=0),
+                                    1.4 + 0.42 * len(rows)))
+    im = ax.imshow(v, cmap="viridis", vmin=0.0, vmax=max(v.max(), 1e-9), aspect="auto")
+    ax.set_xticks(range(len(cols)), cols)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8 if len(rows) > 8 else 10)
+    ax.set(xlabel="layer (0 = embeddings)", ylabel=ylabel, title=title)
+    if annotate:
+        mid = v.max() / 2
+        for i in range(v.shape[0]):
+            for j in range(v.shape[1]):
+                ax.text(j, i, f"{v[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="black" if v[i, j] > mid else "white")
+    fig.colorbar(im, ax=ax, label="importance α", fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    return fig
+
+
+def record(model, ctx) -> None:
+    if not ctx.accelerator.is_main_process:
+        return  # the tracker only writes on the main process; the others would compute for nothing
+    sample = model.cfg.report_examples
+    cols = [str(j) for j in model.layer_ids]
+    names = model.layer_names
+    means, example_rows = {}, []
+    was_training = model.training
+    model.eval()
+    for spec in ctx.tasks:
+        mean, texts, labels, alphas = collect(model, ctx, spec.name, sample)
+        means[spec.name] = mean
+        for k, (text, label, a) in enumerate(zip(texts, labels, alphas)):
+            example_rows.append({"task": spec.name, "example": k, "label": label, "text": snippet(text, 120),
+                                 **{nm: round(float(x), 6) for nm, x in zip(names, a)}})
+        if len(alphas):
+            rows = [f"{snippet(t)} [{lab if spec.is_regression else spec.label_names[lab]}]"
+                    for t, lab in zip(texts, labels)]
+            fig = heatmap(alphas.numpy(), rows, cols, f"{spec.name}: importance per dev example", "dev example")
+            ctx.tracker.log_figure(fig, f"hire/examples/{spec.name}.png")
+            plt.close(fig)
+    model.train(was_training)
+
+    table = [{"task": t, **{nm: round(float(x), 6) for nm, x in zip(names, m)}} for t, m in means.items()]
+    ctx.tracker.log_csv(table, "hire/importance.csv")
+    ctx.tracker.log_csv(example_rows, "hire/examples.csv")
+    fig = heatmap([m.numpy() for m in means.values()], list(means), cols,
+                  f"HIRE mean layer importance on dev ({model.cfg.importance})", "task")
+    ctx.tracker.log_figure(fig, "hire/importance.png")
+    plt.close(fig)
+    ctx.tracker.log_metrics({f"hire/{t}/{nm}": float(x) for t, m in means.items() for nm, x in zip(names, m)}, 0)

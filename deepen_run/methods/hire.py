@@ -1,0 +1,199 @@
+"""HIRE: HIdden Representation Extractor + fusion network (Yang & Zhao, arXiv 1911.01940).
+
+The backbone's intermediate layers H_j (j in 1..L-1, optionally 0 = embeddings) are each read by
+one shared 2-layer BiGRU; its pooled summary s_j gives a score w^T s_j, and a softmax over the
+layers gives per-example importances alpha. A = sum_j alpha_j H_j is fused with R = H_L as
+M = [R; A; R+A; R*A] by a k-layer BiGRU whose pooled output feeds the task's head.
+
+Padding never changes the result: each GRU's backward direction starts at the sequence's last
+real token, as with packed sequences (see BiGRU for why we do not pack). The spec with what is the
+paper's and what is ours: shared/METHODS.md §1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import nn
+
+from deepen_run.errors import UserError
+from deepen_run.model import TaskHeads, pool
+
+SUMMARIES = ("mean", "last")
+POOLS = ("cls", "mean", "max")
+IMPORTANCES = ("dynamic", "mean", "random")
+
+
+@dataclass
+class Config:
+    name: str = "hire"
+    gru_layers: int = 2  # depth of the fusion BiGRU (the paper's ablation; 2 was best on CoLA)
+    include_embeddings: bool = False  # also offer H_0 (the embedding output) to the extractor
+    summary: str = "mean"  # how a layer's BiGRU outputs become s_j: masked mean | last (final states)
+    pool: str = "cls"  # fusion output -> sentence vector: cls | mean | max
+    importance: str = "dynamic"  # dynamic (the paper) | mean (uniform 1/J) | random (fixed, drawn once)
+    random_seed: int = 0  # seeds importance=random's weights, independent of the run's seed
+    shared: bool = True  # one HIRE for all tasks (true) or one per task (false); heads are always per task
+    dropout: Optional[float] = None  # head dropout; null = the backbone's hidden_dropout_prob
+    # The GRUs start from scratch while the backbone is pretrained: they learn this many times
+    # faster than train.learning_rate (via the optimizer's per-parameter lr_scale).
+    lr_scale: float = 10.0
+    report_examples: int = 16  # dev examples per task whose importances are recorded one by one
+
+
+def check(cfg) -> None:
+    """The run's pre-flight (whole config), before any model loads."""
+    check_method(cfg.method)
+
+
+def check_method(cfg: Config) -> None:
+    if cfg.gru_layers < 1:
+        raise UserError(f"method.gru_layers={cfg.gru_layers}: the fusion BiGRU needs at least 1 layer; "
+                        "set method.gru_layers=1 or more (the paper uses 2)")
+    for key, allowed in (("summary", SUMMARIES), ("pool", POOLS), ("importance", IMPORTANCES)):
+        if getattr(cfg, key) not in allowed:
+            raise UserError(f"method.{key}={getattr(cfg, key)!r}; choose one of {', '.join(allowed)}")
+    if cfg.report_examples < 0 or cfg.lr_scale <= 0:
+        raise UserError("method.report_examples must be >= 0 and method.lr_scale > 0")
+
+
+def reverse_within(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each sequence's first `lengths` positions, leaving its padding in place (an involution)."""
+    t = torch.arange(x.shape[1], device=x.device)
+    idx = torch.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)
+    return x.gather(1, idx.unsqueeze(-1).expand_as(x))
+
+
+class BiGRU(nn.Module):
+    """A stacked bidirectional GRU over right-padded batches, d/2 per direction (output width d).
+
+    Padding-exact: the forward direction never reads past a real token, and the backward direction
+    reads each sequence reversed within its length, so it starts at the last real token, as a packed
+    sequence would. We do not use PackedSequence: on CPU its backward zero-fills a full-size
+    gradient for every time step (quadratic in length), which made a HIRE step ~3x dearer than
+    this (scripts/bench_hire.py). Each layer is two library nn.GRU calls over the whole batch.
+    """
+
+    def __init__(self, in_dim: int, d: int, layers: int):
+        super().__init__()
+        h = d // 2
+        self.layers = nn.ModuleList(
+            nn.ModuleDict({"fwd": nn.GRU(in_dim if k == 0 else 2 * h, h, batch_first=True),
+                           "bwd": nn.GRU(in_dim if k == 0 else 2 * h, h, batch_first=True)})
+            for k in range(layers))
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """x (N, T, in), lengths (N,), mask (N, T) -> outputs (N, T, d), zero at padded positions."""
+        keep = mask.unsqueeze(-1).to(x.dtype)
+        for layer in self.layers:
+            fwd = layer["fwd"](x)[0]
+            bwd = reverse_within(layer["bwd"](reverse_within(x, lengths))[0], lengths)
+            x = torch.cat([fwd, bwd], dim=-1) * keep
+        return x
+
+
+class Extractor(nn.Module):
+    """Layers (J, B, T, d) -> importances (B, J): one batched BiGRU call over all J layers."""
+
+    def __init__(self, d: int, summary: str):
+        super().__init__()
+        self.summary = summary
+        self.gru = BiGRU(d, d, 2)
+        self.score = nn.Linear(d, 1, bias=False)  # a bias is the same for every layer: softmax cancels it
+
+    def forward(self, layers: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        J, B, T, d = layers.shape
+        lengths, masks = mask.sum(1).repeat(J), mask.repeat(J, 1)
+        out = self.gru(layers.reshape(J * B, T, d), lengths, masks)
+        if self.summary == "mean":
+            s = out.sum(1) / lengths.unsqueeze(-1).to(out.dtype)  # padded outputs are zero
+        else:  # final states: forward's at the last real token, backward's at the first
+            last = out.gather(1, (lengths - 1).view(-1, 1, 1).expand(-1, 1, out.shape[-1])).squeeze(1)
+            s = torch.cat([last[:, : d // 2], out[:, 0, d // 2:]], dim=-1)
+        return self.score(s).view(J, B).t().softmax(dim=-1)
+
+
+class Hire(nn.Module):
+    """Importances, the extracted representation A, and the fusion BiGRU."""
+
+    def __init__(self, d: int, cfg: Config, fixed: Optional[torch.Tensor]):
+        super().__init__()
+        # Fixed weights need no layer summaries, so those ablations skip the extractor entirely.
+        self.extractor = Extractor(d, cfg.summary) if fixed is None else None
+        if fixed is not None:
+            self.register_buffer("fixed", fixed)
+        self.fuse = BiGRU(4 * d, d, cfg.gru_layers)
+
+    def forward(self, layers, last, mask):
+        if self.extractor is not None:
+            alpha = self.extractor(layers, mask)
+        else:
+            alpha = self.fixed.to(last.dtype).expand(last.shape[0], -1)
+        a = torch.einsum("bj,jbtd->btd", alpha.to(layers.dtype), layers)
+        fused = self.fuse(torch.cat([last, a, last + a, last * a], dim=-1), mask.sum(1), mask)
+        return fused, alpha
+
+
+def fixed_weights(cfg: Config, J: int) -> Optional[torch.Tensor]:
+    if cfg.importance == "mean":
+        return torch.full((J,), 1.0 / J)
+    if cfg.importance == "random":
+        w = torch.rand(J, generator=torch.Generator().manual_seed(cfg.random_seed))
+        return w / w.sum()
+    return None
+
+
+class HireClassifier(nn.Module):
+    def __init__(self, backbone: nn.Module, cfg: Config, tasks):
+        super().__init__()
+        check_method(cfg)
+        conf = backbone.config
+        d, L = conf.hidden_size, conf.num_hidden_layers
+        self.layer_ids = list(range(0 if cfg.include_embeddings else 1, L))  # hidden_states indices
+        if not self.layer_ids:
+            raise UserError(f"method=hire needs at least 2 backbone layers (this one has {L}); "
+                            "use a deeper backbone or method.include_embeddings=true")
+        if d % 2:
+            raise UserError(f"method=hire splits hidden size {d} over two GRU directions; it must be even")
+        self.backbone, self.cfg = backbone, cfg
+        fixed = fixed_weights(cfg, len(self.layer_ids))
+        keys = ["shared"] if cfg.shared else [t.name for t in tasks]
+        self.hire = nn.ModuleDict({k: Hire(d, cfg, fixed) for k in keys})
+        dropout = cfg.dropout if cfg.dropout is not None else getattr(conf, "hidden_dropout_prob", 0.1)
+        self.heads = TaskHeads(tasks, d, dropout)
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [f"layer_{j}" for j in self.layer_ids]
+
+    def features(self, task, input_ids, attention_mask, token_type_ids=None):
+        """-> pooled sentence vectors (B, d), importances (B, J)."""
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                            output_hidden_states=True)
+        hs = out.hidden_states
+        layers = torch.stack([hs[j] for j in self.layer_ids])
+        block = self.hire["shared" if self.cfg.shared else task]
+        fused, alpha = block(layers, hs[-1], attention_mask)
+        return pool(fused, attention_mask, self.cfg.pool), alpha
+
+    def forward(self, task, input_ids, attention_mask, token_type_ids=None):
+        return self.heads[task](self.features(task, input_ids, attention_mask, token_type_ids)[0])
+
+    def importance(self, task, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        return self.features(task, input_ids, attention_mask, token_type_ids)[1]
+
+
+def build(backbone, cfg: Config, tasks) -> HireClassifier:
+    model = HireClassifier(backbone, cfg, tasks)
+    for p in model.parameters():
+        p.requires_grad_(True)  # end-to-end fine-tuning, as in the paper
+    for p in list(model.hire.parameters()) + list(model.heads.parameters()):
+        p.lr_scale = cfg.lr_scale
+    return model
+
+
+def after_train(model: HireClassifier, ctx) -> None:
+    from deepen_run.hire_report import record
+
+    record(model, ctx)
