@@ -22,8 +22,9 @@ install: $(BIN)/deepen-run
 test: install
 	$(BIN)/pytest -q
 
+# HIRE on SST-2, offline MiniLM, a 2000-example subset: a few minutes on a laptop CPU.
 demo: install
-	$(BIN)/deepen-run task=sst2 backbone=minilm data.max_train_samples=4000 train.max_steps=150 \
+	$(BIN)/deepen-run method=hire task=sst2 backbone=minilm data.max_train_samples=2000 train.max_steps=60 \
 		train.learning_rate=5e-5 data.max_seq_length=64
 
 UI_PORT ?= 5000
