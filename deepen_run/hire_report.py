@@ -44,24 +44,26 @@ def snippet(text: str, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str, annotate: bool = True):
-    """An annotated rows x layers heatmap; the colour scale starts at 0 so equal weights look equal."""
+def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str):
+    """An annotated rows x layers heatmap of alpha. Colour is the deviation from uniform (1/J = white,
+    red = leaned on, blue = neglected), so small but consistent preferences stand out."""
     import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
 
     v = np.asarray(values, dtype=float)
-    fig, ax = plt.subplots(figsize=(1.6 + 0.8 * len(cols) + 0.06 * max(map(len, rows), default=0),
-                                    1.4 + 0.42 * len(rows)))
-    im = ax.imshow(v, cmap="viridis", vmin=0.0, vmax=max(v.max(), 1e-9), aspect="auto")
+    uniform = 1.0 / v.shape[1]
+    span = max(float(np.abs(v - uniform).max()), 1e-6)
+    fig, ax = plt.subplots(figsize=(2.4 + 0.8 * len(cols) + 0.065 * max(map(len, rows), default=0),
+                                    1.5 + 0.42 * len(rows)))
+    im = ax.imshow(v, cmap="RdBu_r", norm=TwoSlopeNorm(uniform, uniform - span, uniform + span), aspect="auto")
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows, fontsize=8 if len(rows) > 8 else 10)
-    ax.set(xlabel="layer (0 = embeddings)", ylabel=ylabel, title=title)
-    if annotate:
-        mid = v.max() / 2
-        for i in range(v.shape[0]):
-            for j in range(v.shape[1]):
-                ax.text(j, i, f"{v[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="black" if v[i, j] > mid else "white")
-    fig.colorbar(im, ax=ax, label="importance α", fraction=0.046, pad=0.04)
+    ax.set(xlabel="backbone layer (0 = embeddings)", ylabel=ylabel, title=title)
+    for i in range(v.shape[0]):
+        for j in range(v.shape[1]):
+            ax.text(j, i, f"{v[i, j]:.3f}", ha="center", va="center", fontsize=7,
+                    color="white" if abs(v[i, j] - uniform) > 0.6 * span else "black")
+    fig.colorbar(im, ax=ax, label=f"α  (white = 1/{v.shape[1]})", fraction=0.046, pad=0.04)
     fig.tight_layout()
     return fig
 
