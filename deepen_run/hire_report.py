@@ -55,7 +55,7 @@ def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str):
     span = max(float(np.abs(v - uniform).max()), 1e-6)
     fig, ax = plt.subplots(figsize=(2.4 + 0.8 * len(cols) + 0.065 * max(map(len, rows), default=0),
                                     1.5 + 0.42 * len(rows)))
-    im = ax.imshow(v, cmap="RdBu_r", norm=TwoSlopeNorm(uniform, uniform - span, uniform + span), aspect="auto")
+    im = ax.imshow(v, cmap="RdBu_r", norm=TwoSlopeNorm(uniform, max(0.0, uniform - span), uniform + span), aspect="auto")
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows, fontsize=8 if len(rows) > 8 else 10)
     ax.set(xlabel="backbone layer (0 = embeddings)", ylabel=ylabel, title=title)
