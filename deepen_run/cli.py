@@ -6,6 +6,8 @@
 - The pre-flight (deepen_run/preflight.py) runs before torch, the model or an MLflow run.
 - A UserError before an MLflow run exists leaves only the attempt's log in its run dir: Hydra has
   already made the dir and .hydra/ by the time the task function runs, so they are removed again.
+- In a sweep, a failing job is recorded (FAILED child) and returns NaN so the other jobs go on
+  (deepen_run/sweep.py).
 - Ctrl-C / SIGTERM: the run ends KILLED with a checkpoint; exit code 128 + signal number.
 """
 from __future__ import annotations
@@ -60,17 +62,14 @@ def _clean_failed_attempt() -> None:
 def _hydra_main(cfg) -> float:
     global _started
     _started = True
-    from deepen_run import resume
-    from deepen_run.lifecycle import GUARD, Interrupted
-    from deepen_run.preflight import check
+    from deepen_run.lifecycle import Interrupted
+    from deepen_run.sweep import current_job
 
+    job = current_job()
+    if job is not None:
+        return job.run(cfg, checked_run)  # a failing job returns NaN so the sweep goes on
     try:
-        cfg, home = resume.resolve(cfg)
-        tasks = check(cfg)
-        GUARD.install()
-        from deepen_run.runner import run
-
-        return run(cfg, tasks, home)
+        return checked_run(cfg)
     except UserError as e:
         _log_only(one_line(e))
         _clean_failed_attempt()
@@ -80,6 +79,20 @@ def _hydra_main(cfg) -> float:
         print(f"\ndeepen-run: stopped by {Interrupted(signum)}; the run is KILLED, its last checkpoint kept "
               "(continue with resume=true)", file=sys.stderr)
         sys.exit(128 + signum)
+
+
+def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
+    """Resume lookup, pre-flight, signal handling, then the run itself."""
+    from deepen_run import resume
+    from deepen_run.lifecycle import GUARD
+    from deepen_run.preflight import check
+
+    cfg, home = resume.resolve(cfg)
+    tasks = check(cfg)
+    GUARD.install()
+    from deepen_run.runner import run
+
+    return run(cfg, tasks, home, tags=tags)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ import platform
 import signal
 import socket
 import sys
+import threading
 from contextlib import contextmanager
 from importlib import metadata
 
@@ -32,6 +33,8 @@ class SignalGuard:
         self.pending: int | None = None
 
     def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # a launcher running jobs in threads: signals stay with the launcher
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._handle)
 

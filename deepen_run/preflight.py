@@ -21,6 +21,9 @@ def check(cfg) -> list[TaskSpec]:
     if not cfg.dry_run:
         tsv.check_glue_dir(cfg.data.glue_dir, tasks)
         tsv.validate(cfg.data.glue_dir, tasks)
+        from deepen_run import submission
+
+        submission.check(cfg, tasks)
     from deepen_run import backbone as bb  # transformers: only once the cheap checks passed
 
     bb.preflight(cfg.backbone)

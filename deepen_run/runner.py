@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 from deepen_run import backbone as bb
 from deepen_run import checkpoint as ck
 from deepen_run import data as gd
+from deepen_run import submission
 from deepen_run.context import RunContext
 from deepen_run.figures import sampling_plot
 from deepen_run.lifecycle import GUARD, provenance, reap_orphans
@@ -44,8 +45,9 @@ def tags_for(cfg) -> dict[str, str]:
             "schedule": cfg.schedule.name, "seed": str(cfg.seed)}
 
 
-def run(cfg, tasks=None, resume_home=None) -> float:
-    """resume_home: the run dir of a killed run to continue (deepen_run/resume.py), or None."""
+def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -> float:
+    """resume_home: the run dir of a killed run to continue (deepen_run/resume.py), or None;
+    tags: extra run tags (a sweep job's parent run and sweep id)."""
     tasks = tasks or check(cfg)
     home = resume_home or current_dir()
     accelerator = Accelerator(mixed_precision=cfg.train.mixed_precision,
@@ -64,7 +66,7 @@ def run(cfg, tasks=None, resume_home=None) -> float:
     sizes = param_report(model, backbone_params)
     sizes["model/num_layers"] = getattr(model.backbone.config, "num_hidden_layers", 0)
 
-    tracker.start(run_name(cfg), tags_for(cfg) | provenance(), run_id=run_id)
+    tracker.start(run_name(cfg), tags_for(cfg) | provenance() | (tags or {}), run_id=run_id)
     ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
     status = "FAILED"
     try:
@@ -154,6 +156,9 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
         raise
     tracker.log_metrics({"train/runtime_s": time.time() - t0}, total)
     record(cfg, tracker, data, state, final, total)
+    if cfg.predict:
+        rows = submission.write(model, accelerator, tracker, data, tok, tcfg.eval_batch_size, cfg.seed)
+        print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
     if hasattr(method, "after_train"):
         method.after_train(accelerator.unwrap_model(model), ctx)
     print(" ".join(f"{k}={v:.4f}" for k, v in final.items()))

@@ -43,8 +43,25 @@ def _artifact_root(uri: str) -> Optional[str]:
 
 
 def prepare_store(uri: str) -> None:
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    """Create (or upgrade) a SQLite store's schema once, under a file lock.
+
+    Several processes opening a fresh database at the same moment each run MLflow's alembic
+    migrations and fail ("duplicate column", "table _alembic_tmp_params already exists"); the
+    lock makes the first one create the schema while the others wait. Later writes from
+    parallel jobs are safe on their own: MLflow sets SQLite's busy_timeout (20 s) on every session.
+    """
+    if not uri.startswith("sqlite:///"):
+        return
+    db = Path(uri[len("sqlite:///"):])
+    db.parent.mkdir(parents=True, exist_ok=True)
+    import fcntl
+
+    with open(f"{db}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def get_experiment_id(client: MlflowClient, uri: str, name: str) -> str:
@@ -121,6 +138,11 @@ class Tracker:
             if tag in run.data.tags:
                 self.client.delete_tag(self.run_id, tag)
 
+    def attach(self, run_id: str) -> "Tracker":
+        """Write to an existing run (a sweep's parent) without touching its status."""
+        self.run_id = run_id
+        return self
+
     def log_params(self, params: dict[str, Any]) -> None:
         if not self.enabled:
             return
@@ -184,3 +206,24 @@ def runs_table_url(uri: str, experiment: str, base: str = "http://127.0.0.1:5000
     if exp is None:
         return f"{base}/#/experiments"
     return f"{base}/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning"
+
+
+def _quote(v: str) -> str:
+    return "'" + str(v).replace("'", "\\'") + "'"
+
+
+def find_runs(uri: str, experiment: str, tags: Optional[dict[str, str]] = None,
+              status: Optional[str] = None) -> list[dict[str, Any]]:
+    """Runs of an experiment whose tags equal `tags`, as plain dicts (run_id, name, status,
+    tags, params, metrics), oldest first. The report and the sweep read MLflow only through this."""
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise UserError(f"no experiment {experiment!r} in {uri}; pass the experiment the runs were logged to")
+    clauses = [f"tags.`{k}` = {_quote(v)}" for k, v in (tags or {}).items()]
+    if status:
+        clauses.append(f"attributes.status = {_quote(status)}")
+    runs = client.search_runs([exp.experiment_id], " and ".join(clauses), max_results=50000,
+                              order_by=["attributes.start_time ASC"])
+    return [{"run_id": r.info.run_id, "name": r.info.run_name, "status": r.info.status, "tags": r.data.tags,
+             "params": r.data.params, "metrics": r.data.metrics} for r in runs]
