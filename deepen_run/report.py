@@ -45,7 +45,7 @@ def _stats(vals: list[float]) -> dict:
 def build(runs: list[dict]) -> dict:
     """runs: tracking.find_runs dicts. Returns {"tasks": [...], "rows": [...]}; each row has the KEY
     fields, "n" and per task (and "avg") {"mean", "std", "n"} or None."""
-    groups: dict[tuple, dict[str, dict[str, float]]] = {}  # key -> task -> seed/run -> value
+    groups: dict[tuple, dict[str, list[tuple[str, float]]]] = {}  # key -> task -> [(seed, value)]
     for r in runs:
         tags = r["tags"]
         if r["status"] != "FINISHED" or tags.get("sweep_role") == "parent" or "task" not in tags:
@@ -56,18 +56,19 @@ def build(runs: list[dict]) -> dict:
         for t in tasks:
             v = task_value(r["metrics"], t) if t in TASKS else None
             if v is not None:
-                # Keyed by seed so a row's tasks line up per seed for the average's spread.
-                groups.setdefault(key, {}).setdefault(t, {})[tags.get("seed", r["run_id"])] = v
+                groups.setdefault(key, {}).setdefault(t, []).append((tags.get("seed", r["run_id"]), v))
     order = [t for t in TASKS if any(t in g for g in groups.values())]
     rows = []
     for key, per_task in sorted(groups.items()):
         row = dict(zip(KEY, key))
         for t in order:
-            row[t] = _stats(list(per_task[t].values())) if t in per_task else None
+            row[t] = _stats([v for _, v in per_task[t]]) if t in per_task else None
         means = [row[t]["mean"] for t in order if row[t]]
-        seeds = set.intersection(*(set(v) for v in per_task.values()))
-        per_seed = [statistics.fmean(per_task[t][s] for t in per_task) for s in sorted(seeds)]
-        # The average's spread is over seeds that have every task of the row; else mean only.
+        # The average's spread is over the seeds that have every task of the row (single-task
+        # runs of one seed line up); without such seeds the average has no spread.
+        by_seed = [{s: statistics.fmean(v for s2, v in pairs if s2 == s) for s, _ in pairs} for pairs in per_task.values()]
+        seeds = set.intersection(*(set(d) for d in by_seed))
+        per_seed = [statistics.fmean(d[s] for d in by_seed) for s in sorted(seeds)]
         row["avg"] = {"mean": statistics.fmean(means), "std": _stats(per_seed)["std"] if per_seed else None,
                       "n": len(per_seed)}
         row["n"] = max(len(v) for v in per_task.values())

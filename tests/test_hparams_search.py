@@ -1,0 +1,22 @@
+"""`hparams_search=lr`: the Optuna sweeper (in-memory study) maximising dev eval/score, one child run per trial."""
+import yaml
+
+from conftest import cli, runs_of
+
+
+def test_optuna_search_runs_trials_as_children(glue_dir, mlflow_uri, tmp_path):
+    r = cli("hparams_search=lr", "hydra.sweeper.n_trials=2", "task=rte", "backbone=tiny", "train.max_steps=2",
+            "data.max_train_samples=32", "data.max_eval_samples=64", "data.max_seq_length=32",
+            f"data.glue_dir={glue_dir}", f"tracking.uri={mlflow_uri}", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert r.returncode == 0, r.stderr[-3000:]
+    client, runs = runs_of(mlflow_uri)
+    (parent,) = [x for x in runs if x.data.tags.get("sweep_role") == "parent"]
+    trials = [x for x in runs if x.data.tags.get("sweep_role") == "child"]
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweeper"] == "OptunaSweeper"
+    assert parent.data.params["train.learning_rate"] == "tag(log, interval(1e-5, 1e-4))"
+    assert len(trials) == 2 and all(t.info.status == "FINISHED" for t in trials)
+    lrs = [float(t.data.params["train.learning_rate"]) for t in trials]
+    assert all(1e-5 <= lr <= 1e-4 for lr in lrs) and lrs[0] != lrs[1]
+    best = yaml.safe_load(open(client.download_artifacts(parent.info.run_id, "optimization_results.yaml")))
+    assert best["best_value"] == max(t.data.metrics["eval/score"] for t in trials)
+    assert parent.data.metrics["sweep/best_score"] == best["best_value"]

@@ -1,0 +1,88 @@
+"""A real `mlflow server` as the store: a sweep whose first job has bad input and whose second writes
+GLUE test-server files. Checks the HTTP store, a failing job, and submissions in one sweep (each
+CLI process costs seconds here)."""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import cli, runs_of
+from deepen_run import submission
+from deepen_run.errors import UserError
+from deepen_run.glue import TASKS
+from deepen_run.runner import check
+from conftest import make_cfg
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).with_name("mlflow")
+    proc = subprocess.Popen([str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
+                             "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                if urllib.request.urlopen(f"{url}/health", timeout=1).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("mlflow server did not start: " + (tmp_path / "server.log").read_text()[-2000:])
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_sweep_on_a_tracking_server_with_a_failing_job_and_a_submission(glue_dir, mlflow_server, tmp_path):
+    r = cli("-m", "data.max_train_samples=0,32", "predict=true", "task=sst2", "backbone=tiny", "train.max_steps=2",
+            "train.batch_size=8", "data.max_eval_samples=32", "data.max_seq_length=32", f"data.glue_dir={glue_dir}",
+            f"tracking.uri={mlflow_server}", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert r.returncode == 1, r.stderr[-3000:]  # a sweep with a failed job exits non-zero
+    client, runs = runs_of(mlflow_server)
+    (parent,) = [x for x in runs if x.data.tags.get("sweep_role") == "parent"]
+    bad, good = sorted((x for x in runs if x.data.tags.get("sweep_role") == "child"),
+                       key=lambda x: x.data.tags["sweep_job"])
+    assert parent.info.status == "FAILED"
+    assert parent.data.metrics["sweep/failed"] == 1 and parent.data.metrics["sweep/finished"] == 1
+    assert parent.data.tags["sweep_failed"].startswith("1 of 2 jobs failed: job 1 (UserError: data.max_train_samples=0")
+    assert bad.info.status == "FAILED" and "data.max_train_samples=0" in bad.data.tags["error"]
+    assert good.info.status == "FINISHED" and "eval/sst2/accuracy" in good.data.metrics
+    assert good.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert "[job 1/2] FAILED" in r.stdout and "[job 2/2] FINISHED" in r.stdout
+    assert "1/2 jobs FINISHED, 1 failed" in r.stdout
+    # The submission file went through the server's artifact proxy.
+    rows = open(client.download_artifacts(good.info.run_id, "submission/SST-2.tsv")).read().splitlines()
+    assert rows[0] == "index\tprediction" and len(rows) == 1 + 1821
+    assert [int(x.split("\t")[0]) for x in rows[1:]] == list(range(1821))
+    assert {x.split("\t")[1] for x in rows[1:]} <= {"0", "1"}
+
+
+def test_submission_rows_use_glue_label_strings():
+    assert submission.to_tsv(TASKS["rte"], [5, 7], [0, 1]) == "index\tprediction\n5\tentailment\n7\tnot_entailment\n"
+    assert submission.to_tsv(TASKS["mnli"], [0], [2]).endswith("0\tcontradiction\n")
+    assert submission.to_tsv(TASKS["qnli"], [0], [1]).endswith("0\tnot_entailment\n")
+    assert submission.to_tsv(TASKS["wnli"], [0], [1]).endswith("0\t1\n")
+    assert submission.to_tsv(TASKS["stsb"], [0, 1, 2], [-0.4, 2.34567, 5.2]).splitlines()[1:] == \
+        ["0\t0.000", "1\t2.346", "2\t5.000"]
+
+
+def test_predict_without_a_test_file_fails_before_loading(tmp_path, glue_dir):
+    (tmp_path / "RTE").mkdir()
+    for f in ("train.tsv", "dev.tsv"):
+        os.symlink(Path(glue_dir) / "RTE" / f, tmp_path / "RTE" / f)
+    cfg = make_cfg("task=rte", "backbone=tiny", "predict=true", f"data.glue_dir={tmp_path}")
+    with pytest.raises(UserError, match=r"predict=true: .*RTE/test.tsv is missing"):
+        check(cfg)
+    check(make_cfg("task=rte", "backbone=tiny", f"data.glue_dir={tmp_path}"))  # fine without predict
