@@ -27,6 +27,11 @@ demo: install
 	$(BIN)/deepen-run method=hire task=sst2 backbone=minilm data.max_train_samples=2000 train.max_steps=60 \
 		train.learning_rate=5e-5 data.max_seq_length=64
 
+# A small parallel sweep: 4 seeds of MiniLM on RTE, one parent run + 4 children, then the table.
+sweep: install
+	$(BIN)/deepen-run -m hydra/launcher=joblib hydra.launcher.n_jobs=2 seed=1,2,3,4 task=rte backbone=minilm \
+		train.max_steps=100 train.learning_rate=5e-5 data.max_seq_length=128
+
 UI_PORT ?= 5000
 ui: install
 	@mkdir -p outputs
