@@ -43,7 +43,12 @@ def _artifact_root(uri: str) -> Optional[str]:
 
 
 def prepare_store(uri: str) -> None:
-    """Create (or upgrade) a SQLite store's schema once, under a file lock.
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+
+
+def create_schema_once(uri: str) -> None:
+    """Create (or check) a SQLite store's schema under a file lock.
 
     Several processes opening a fresh database at the same moment each run MLflow's alembic
     migrations and fail ("duplicate column", "table _alembic_tmp_params already exists"); the
@@ -52,11 +57,9 @@ def prepare_store(uri: str) -> None:
     """
     if not uri.startswith("sqlite:///"):
         return
-    db = Path(uri[len("sqlite:///"):])
-    db.parent.mkdir(parents=True, exist_ok=True)
     import fcntl
 
-    with open(f"{db}.lock", "a") as lock:
+    with open(f"{uri[len('sqlite:///'):]}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
@@ -91,6 +94,7 @@ class Tracker:
         self.logged: dict[str, set[int]] = {}  # (metric, step) pairs a resumed run already has
         if enabled:
             prepare_store(uri)
+            create_schema_once(uri)  # before MlflowClient(), which opens (and migrates) the store
             self.client = MlflowClient(tracking_uri=uri)
 
     def check(self) -> None:
@@ -216,6 +220,8 @@ def find_runs(uri: str, experiment: str, tags: Optional[dict[str, str]] = None,
               status: Optional[str] = None) -> list[dict[str, Any]]:
     """Runs of an experiment whose tags equal `tags`, as plain dicts (run_id, name, status,
     tags, params, metrics), oldest first. The report and the sweep read MLflow only through this."""
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        raise UserError(f"no MLflow database at {uri}; pass the tracking URI the runs were logged to")
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:

@@ -95,3 +95,26 @@ def test_report_rows_with_only_some_tasks():
     assert multi["schedule"] == "sqrt" and multi["stsb"]["mean"] == pytest.approx(60.0) and multi["rte"] is None
     md = report.to_markdown(table)
     assert "| minilm | baseline | - | pooling=cls | 85.0 (n=1) | - | 65.0 ± 7.1 | 75.0 | 2 |" in md
+
+
+def _open_store(uri, experiment):
+    from deepen_run.tracking import Tracker
+
+    t = Tracker(uri, experiment)
+    t.start("r", {})
+    t.end()
+
+
+def test_processes_opening_a_fresh_sqlite_store_at_once_do_not_race(tmp_path):
+    # Without the schema lock, concurrent alembic migrations fail ("duplicate column name").
+    import multiprocessing as mp
+
+    uri = f"sqlite:///{tmp_path}/fresh.db"
+    procs = [mp.get_context("fork").Process(target=_open_store, args=(uri, "race")) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    _, runs = runs_of(uri, "race")
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
