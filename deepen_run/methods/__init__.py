@@ -11,10 +11,11 @@ and optionally
   check(cfg)                   cheap validation of the whole config before anything loads (called
                                by preflight.method_checks after the backbone preflight); raise UserError
 """
-from deepen_run.methods import baseline, duplicate, hire
+from deepen_run.methods import baseline, duplicate, hire, pals
 
 METHODS = {
     "baseline": baseline,
     "duplicate": duplicate,
     "hire": hire,
+    "pals": pals,
 }
