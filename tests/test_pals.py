@@ -68,7 +68,8 @@ def test_matches_the_block_computed_by_hand():
             att = tp.attention[i]
             e = tp.encoder(h)
             B, T, D = e.shape
-            q, k, v = (m(e).view(B, T, 6, D // 6).transpose(1, 2) for m in (att.query, att.key, att.value))
+            w, b = att.qkv.weight.split(D), att.qkv.bias.split(D)  # stacked q, k, v
+            q, k, v = (F.linear(e, w[j], b[j]).view(B, T, 6, D // 6).transpose(1, 2) for j in range(3))
             mha = (torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D // 6), -1) @ v).transpose(1, 2).reshape(B, T, D)
             ts = F.gelu(tp.decoder(mha))
             h = layer.output.LayerNorm(layer.output.dense(layer.intermediate(a)) + a + ts)
@@ -143,7 +144,7 @@ def test_frozen_backbone_trains_only_pals_and_heads():
         opt.zero_grad()
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all(n.startswith(("pals.sst2.", "pals.rte.", "heads.sst2.", "heads.rte.")) for n in changed)
-    for prefix in ("pals.sst2.encoder", "pals.rte.decoder", "pals.rte.attention.1.query", "heads.sst2", "heads.rte"):
+    for prefix in ("pals.sst2.encoder", "pals.rte.decoder", "pals.rte.attention.1.qkv", "heads.sst2", "heads.rte"):
         assert any(n.startswith(prefix) for n in changed), prefix
 
 

@@ -39,21 +39,21 @@ class Config:
 
 
 class ProjectedAttention(nn.Module):
-    """Multi-head self-attention inside the d_s space; no output projection (as the authors' code)."""
+    """Multi-head self-attention inside the d_s space; no output projection (as the authors' code).
+
+    q, k and v are three Linear(d_s, d_s) with biases, stored stacked in one Linear(d_s, 3 d_s):
+    the same parameters, initialisation and function, in one matmul instead of three.
+    """
 
     def __init__(self, dim: int, heads: int, dropout: float):
         super().__init__()
         self.heads, self.dropout = heads, dropout
-        self.query, self.key, self.value = (nn.Linear(dim, dim) for _ in range(3))
+        self.qkv = nn.Linear(dim, 3 * dim)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
         """x: (B, T, D); keep: (B, 1, 1, T) bool, True for real tokens, or None (no padding)."""
         B, T, D = x.shape
-
-        def split(t):  # (B, T, D) -> (B, heads, T, D / heads)
-            return t.view(B, T, self.heads, D // self.heads).transpose(1, 2)
-
-        q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
         bias = None
         if keep is not None:
             # Additive, in the query's dtype (autocast may have lowered it): a large negative rather
