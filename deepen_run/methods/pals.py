@@ -11,8 +11,9 @@ from_pretrained stay untouched:
   - on encoder.layer[l]: compute TS(h) from the layer input h for the active task;
   - on encoder.layer[l].output (BertOutput / RobertaOutput, forward(hidden, input_tensor) =
     LN(dropout(dense(hidden)) + input_tensor)): replace input_tensor by input_tensor + TS(h).
-The active task and the padding mask are set by PALsModel.forward for the duration of one call
-(state of this model instance, nothing global); outside it the backbone runs as plain BERT.
+The active task and the padding mask are set by PALsModel.encode (called by forward) for the
+duration of one call: state of this model instance, nothing global. Outside such a call the
+backbone runs as plain BERT.
 """
 from __future__ import annotations
 
@@ -143,7 +144,13 @@ class PALsModel(EncoderClassifier):
         keep = None if attention_mask is None else attention_mask[:, None, None, :].bool()
         self._task, self._keep = task, keep
         try:
-            return super().encode(task, input_ids, attention_mask, token_type_ids)
+            pooled = super().encode(task, input_ids, attention_mask, token_type_ids)
+            if self._pending:
+                # A layer computed TS(h) but never called its `output` submodule: the wrapped
+                # transformers version changed how a layer calls its sublayers.
+                raise RuntimeError(f"PALs of layers {sorted(self._pending)} were never added: "
+                                   f"{type(self.backbone).__name__} layers no longer call layer.output")
+            return pooled
         finally:
             self._task, self._keep = None, None
             self._pending.clear()
