@@ -12,10 +12,12 @@
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
 import sys
+import tempfile
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -58,6 +60,26 @@ def _clean_failed_attempt() -> None:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
+# Under `accelerate launch` / torchrun every process runs this entry point. Rank 0 keeps Hydra's
+# run directory (.hydra/ config, log file, checkpoints); the others get a private scratch dir,
+# removed at exit, with no .hydra/ and no log: one run leaves one directory, and no code that
+# writes to (or cleans) "the run dir" can touch rank 0's or the user's working directory.
+# RANK is the global rank both launchers set (multi-node included).
+QUIET_RANK = {"hydra.output_subdir": "null", "hydra/job_logging": "disabled", "hydra/hydra_logging": "disabled"}
+
+
+def quiet_other_ranks(argv: list[str]) -> list[str]:
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        return argv
+    scratch = tempfile.mkdtemp(prefix=f"deepen-run-rank{rank}-")
+    atexit.register(shutil.rmtree, scratch, True)
+    quiet = {"hydra.run.dir": scratch, **QUIET_RANK}
+    # Replace, not add: Hydra rejects a key given twice, and rank 0 alone owns the run dir.
+    keep = [a for a in argv[1:] if a.split("=", 1)[0].lstrip("+~") not in quiet]
+    return argv[:1] + keep + [f"{k}={v}" for k, v in quiet.items()]
+
+
 @hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")
 def _hydra_main(cfg) -> float:
     global _started
@@ -96,6 +118,7 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
 
 
 def main() -> None:
+    sys.argv = quiet_other_ranks(sys.argv)
     os.environ["HYDRA_FULL_ERROR"] = "1"  # raise composition errors to us instead of printing them
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException

@@ -83,7 +83,7 @@ class TrainConfig:
     lr_scheduler: str = "linear"
     max_grad_norm: float = 1.0
     gradient_accumulation_steps: int = 1
-    mixed_precision: str = "no"  # no | fp16 | bf16 (Accelerate)
+    mixed_precision: str = "auto"  # auto (bf16 on a bf16 GPU, else no) | no | fp16 | bf16 (Accelerate)
     eval_every: int = 0  # steps; 0 = only at the end
     log_every: int = 10
     compile: bool = False

@@ -12,6 +12,7 @@ from deepen_run.glue import TaskSpec, get_tasks
 
 POSITIVE = ("learning_rate", "batch_size", "eval_batch_size", "gradient_accumulation_steps", "log_every")
 NON_NEGATIVE = ("save_every", "eval_every", "max_grad_norm", "weight_decay")
+PRECISIONS = ("auto", "no", "fp16", "bf16")  # auto: bf16 on a bf16 GPU, else fp32 (deepen_run/fast.py)
 
 
 def check(cfg) -> list[TaskSpec]:
@@ -44,6 +45,8 @@ def numbers(cfg) -> None:
                         "use train.save_every=0 to save none")
     if not 0 <= t.warmup_ratio <= 1:
         raise UserError(f"train.warmup_ratio={t.warmup_ratio} must be in [0, 1]")
+    if t.mixed_precision not in PRECISIONS:
+        raise UserError(f"train.mixed_precision={t.mixed_precision!r}; choose from {', '.join(PRECISIONS)}")
     if t.max_steps <= 0 and not t.num_epochs > 0:
         raise UserError("set train.max_steps or train.num_epochs to a positive number")
     if not cfg.data.max_seq_length > 0:

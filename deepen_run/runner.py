@@ -11,7 +11,6 @@ import os
 import time
 
 import torch
-from accelerate import Accelerator
 from accelerate.utils import set_seed
 from omegaconf import OmegaConf
 
@@ -20,6 +19,7 @@ from deepen_run import checkpoint as ck
 from deepen_run import data as gd
 from deepen_run import submission
 from deepen_run.context import RunContext
+from deepen_run.fast import make_accelerator
 from deepen_run.figures import sampling_plot
 from deepen_run.lifecycle import GUARD, provenance, reap_orphans
 from deepen_run.methods import METHODS
@@ -50,8 +50,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     tags: extra run tags (a sweep job's parent run and sweep id)."""
     tasks = tasks or check(cfg)
     home = resume_home or current_dir()
-    accelerator = Accelerator(mixed_precision=cfg.train.mixed_precision,
-                              gradient_accumulation_steps=cfg.train.gradient_accumulation_steps)
+    accelerator = make_accelerator(cfg.train)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
     tracker.check()
     reap_orphans(tracker)
@@ -76,7 +75,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         tracker.log_params(flatten(public))
         tracker.log_text(OmegaConf.to_yaml(public), "config.yaml")
         tracker.log_metrics(sizes, 0)
-        print(size_summary(sizes))
+        tracker.set_tags({"num_processes": str(accelerator.num_processes)})
+        accelerator.print(size_summary(sizes))
         if cfg.dry_run:
             status = "FINISHED"
             return float("nan")
@@ -104,7 +104,9 @@ def size_summary(s: dict) -> str:
 
 def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=None, resume_home=None) -> float:
     tok = bb.load_tokenizer(cfg.backbone)
-    data = {t.name: gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict) for t in tasks}
+    # Rank 0 tokenizes and fills the cache first; the other ranks then read it instead of racing.
+    with accelerator.main_process_first():
+        data = {t.name: gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict) for t in tasks}
     tcfg = cfg.train
     loaders = {t: gd.make_loader(d.train, tok, tcfg.batch_size, True, cfg.seed + i, cfg.data.group_by_length,
                                  cfg.data.num_workers) for i, (t, d) in enumerate(data.items())}
@@ -161,7 +163,7 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
         print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
     if hasattr(method, "after_train"):
         method.after_train(accelerator.unwrap_model(model), ctx)
-    print(" ".join(f"{k}={v:.4f}" for k, v in final.items()))
+    accelerator.print(" ".join(f"{k}={v:.4f}" for k, v in final.items()))
     return final["eval/score"]
 
 

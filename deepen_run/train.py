@@ -14,11 +14,13 @@ from transformers import get_scheduler
 
 from deepen_run import metrics as glue_metrics
 from deepen_run.errors import NonFiniteLoss
+from deepen_run.fast import fused_adamw_ok
 from deepen_run.model import task_loss
 
 
 def optimizer_for(model: torch.nn.Module, tcfg, device_type: str) -> torch.optim.Optimizer:
-    """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor).
+    """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor). Fused kernel
+    where torch has one (CUDA and CPU): one pass over all tensors instead of many small ops.
 
     A method may mark parameters it adds from scratch with `p.lr_scale = k` (learning rate k x
     train.learning_rate, e.g. HIRE's GRUs); the schedule still scales every group alike.
@@ -29,7 +31,7 @@ def optimizer_for(model: torch.nn.Module, tcfg, device_type: str) -> torch.optim
             groups.setdefault((p.ndim >= 2, getattr(p, "lr_scale", 1.0)), []).append(p)
     params = [{"params": ps, "weight_decay": tcfg.weight_decay if decay else 0.0, "lr": tcfg.learning_rate * k}
               for (decay, k), ps in groups.items()]
-    return torch.optim.AdamW(params, lr=tcfg.learning_rate, fused=device_type == "cuda")
+    return torch.optim.AdamW(params, lr=tcfg.learning_rate, fused=fused_adamw_ok(device_type))
 
 
 def scheduler_for(optimizer, tcfg, total_steps: int):
@@ -119,8 +121,9 @@ def train(model, optimizer, scheduler, accelerator, loaders: dict, specs: dict, 
         done = step + 1
         bar.update(1)
         if done % tcfg.log_every == 0 or done == total_steps:
-            # Averaged on the device; read back (a host sync) only at logging cadence.
-            mean = (running / seen).item()
+            # Averaged on the device; read back (a host sync) only at logging cadence. With several
+            # processes, the mean over all of them (every rank reaches this line at the same step).
+            mean = accelerator.reduce(running / seen, reduction="mean").item()
             log({"train/loss": mean, "train/lr": scheduler.get_last_lr()[0],
                  "train/epoch": sampler.epoch_of(step)}, done)
             bar.set_postfix(loss=f"{mean:.4f}", task=task)

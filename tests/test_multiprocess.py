@@ -1,0 +1,75 @@
+"""Scale-out: two CPU processes (gloo) under torchrun train one model and record one MLflow run.
+
+torchrun is the engine under `accelerate launch --multi_gpu`; on a machine without a GPU,
+deepen_run.fast tells Accelerate to use CPU DDP (gloo).
+"""
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import make_cfg, runs_of
+from deepen_run.cli import quiet_other_ranks
+from deepen_run.config import ROOT
+from deepen_run.errors import UserError
+from deepen_run.fast import resolve_precision
+from deepen_run.runner import check
+
+
+def test_only_rank_zero_keeps_hydra_outputs(monkeypatch):
+    argv = ["deepen-run", "task=rte", "hydra.run.dir=/somewhere"]
+    monkeypatch.setenv("RANK", "0")
+    assert quiet_other_ranks(argv) == argv
+    monkeypatch.setenv("RANK", "1")
+    quiet = quiet_other_ranks(argv)
+    assert quiet[:2] == ["deepen-run", "task=rte"] and "hydra.run.dir=/somewhere" not in quiet
+    assert {"hydra.output_subdir=null", "hydra/job_logging=disabled"} <= set(quiet)
+    (scratch,) = [a.split("=", 1)[1] for a in quiet if a.startswith("hydra.run.dir=")]
+    assert os.path.isdir(scratch) and not os.listdir(scratch)  # a private, empty dir; not the cwd
+    assert os.path.realpath(scratch) != os.path.realpath(os.getcwd())
+
+
+def test_mixed_precision_auto_is_fp32_on_cpu_and_typos_fail(glue_dir):
+    if not __import__("torch").cuda.is_available():
+        assert resolve_precision("auto") == "no"
+    assert resolve_precision("bf16") == "bf16"
+    with pytest.raises(UserError, match="train.mixed_precision='fp8'"):
+        check(make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}", "train.mixed_precision=fp8"))
+
+
+@pytest.mark.e2e
+def test_two_cpu_processes_make_one_run(glue_dir, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "CUDA_VISIBLE_DEVICES": ""}
+    # Two tasks: both ranks must draw the same task each step, and DDP must accept the other
+    # task's head getting no gradient.
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                        "-m", "deepen_run.cli", "task.names=[sst2,rte]", "backbone=tiny", f"data.glue_dir={glue_dir}",
+                        "data.max_train_samples=256", "data.max_eval_samples=101", "data.max_seq_length=48",
+                        "train.max_steps=6", "train.log_every=2", "train.batch_size=8", "train.learning_rate=1e-3",
+                        f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    client, runs = runs_of(uri)
+    assert len(runs) == 1, [x.info.run_name for x in runs]
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.data.tags["num_processes"] == "2"
+    losses = client.get_metric_history(run.info.run_id, "train/loss")
+    assert [m.step for m in losses] == [2, 4, 6]
+    assert all(0.0 < m.value < 3.0 for m in losses)  # two classes each: ln 2 = 0.69 at the start
+    m = run.data.metrics
+    for key in ("eval/sst2/accuracy", "eval/rte/accuracy"):
+        assert 0.0 <= m[key] <= 1.0
+    assert math.isfinite(m["eval/score"])
+    # Evaluation gathered both ranks' shards and dropped the padding duplicates: every dev row once.
+    for task in ("sst2", "rte"):
+        rows = open(client.download_artifacts(run.info.run_id, f"predictions/{task}.tsv")).read().splitlines()
+        assert len(rows) == 1 + 101
+        assert len({row.split("\t")[0] for row in rows[1:]}) == 101
+    # One Hydra run directory (rank 0's); the other rank wrote nothing of Hydra's.
+    assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()
+    assert not (tmp_path / ".hydra").exists() and not list(tmp_path.glob("*.log"))
+    assert {p.name for p in tmp_path.iterdir()} <= {"run", "mlflow.db", "mlartifacts"}
