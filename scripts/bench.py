@@ -1,0 +1,231 @@
+"""`make bench`: deepen-run's training loop side by side with the Hugging Face Trainer.
+
+One process, one machine, one backbone, the same examples in the same order, batch size,
+learning rate and schedule. Prints Markdown tables and writes outputs/bench/bench.{json,md}:
+
+1. throughput (examples/s, tokens/s) of deepen-run, the Trainer (dynamic padding), the Trainer
+   padded to 128 as run_glue.py does, and a bare forward/backward/AdamW loop (the ceiling);
+   the ratios; dev accuracy of each after the same steps; peak memory growth;
+2. step time of every registered method (hire, pals, duplicate with k = 1, 2, 4 layers) vs baseline;
+3. step time vs sequence length (32, 64, 128, 256).
+Contenders take turns in chunks of steps (scripts/bench_race.py) and reports are medians over
+chunks, so a noisy shared machine yields fair ratios (absolute numbers move with the load).
+
+    python scripts/bench.py                 # the defaults `make bench` uses (MiniLM, SST-2)
+    python scripts/bench.py --quick         # smoke run, a minute or two
+    python scripts/bench.py --backbone bert_base --steps 200
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+import bench_contenders as bc  # noqa: E402
+import bench_report  # noqa: E402
+from bench_race import Baton, Lap, Memory, median, run_threads, sync  # noqa: E402
+from deepen_run import backbone as bb  # noqa: E402
+from deepen_run import data as gd  # noqa: E402
+from deepen_run.batching import LengthGroupedSampler  # noqa: E402
+from deepen_run.config import ROOT, register  # noqa: E402
+from deepen_run.fast import resolve_precision  # noqa: E402
+from deepen_run.glue import get_tasks  # noqa: E402
+from deepen_run.methods import METHODS  # noqa: E402
+from deepen_run.model import count  # noqa: E402
+
+RACE = ("deepen-run", "trainer", "trainer-pad128", "bare")
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backbone", default="minilm", help="a conf/backbone name (default: the offline MiniLM)")
+    p.add_argument("--task", default="sst2", help="a single-task GLUE classification config (default sst2)")
+    p.add_argument("--steps", type=int, default=80, help="training steps per contender (a multiple of --chunk)")
+    p.add_argument("--chunk", type=int, default=10, help="steps per turn; the first chunk is warm-up")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--max-len", type=int, default=128, help="truncation, and run_glue.py's padded length")
+    p.add_argument("--group-by-length", action="store_true", help="order examples with data.group_by_length")
+    p.add_argument("--method-steps", type=int, default=3, help="steps per method per round")
+    p.add_argument("--rounds", type=int, default=4, help="rounds of the method / length tables (first = warm-up)")
+    p.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256])
+    p.add_argument("--dup-k", type=int, nargs="+", default=[1, 2, 4], help="layers duplicated (the top k)")
+    p.add_argument("--max-eval", type=int, default=None, help="dev examples (default: all)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--out", default=str(ROOT / "outputs" / "bench"))
+    p.add_argument("--quick", action="store_true", help="smoke run: few steps, short table")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.steps, a.chunk, a.method_steps, a.rounds, a.lengths, a.max_eval = 8, 4, 1, 2, [32, 64], a.max_eval or 128
+    if a.steps % a.chunk or a.steps // a.chunk < 2:
+        p.error("--steps must be a multiple of --chunk, at least two chunks")
+    return a
+
+
+def compose_cfg(a, *extra: str):
+    register()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        return compose(config_name="config", overrides=[
+            f"backbone={a.backbone}", f"task={a.task}", f"train.batch_size={a.batch_size}",
+            f"train.learning_rate={a.lr}", f"train.max_steps={a.steps}", f"data.max_seq_length={a.max_len}",
+            f"data.max_eval_samples={a.max_eval if a.max_eval else 'null'}", f"seed={a.seed}", *extra])
+
+
+def example_order(train, a) -> list[int]:
+    gen = torch.Generator().manual_seed(a.seed)
+    if a.group_by_length:
+        return list(LengthGroupedSampler(train, a.batch_size, gen))
+    return torch.randperm(len(train), generator=gen).tolist()
+
+
+def race(a, cfg, spec, tok, ordered, dev, init_state, device, tmp) -> dict:
+    baton = Baton(list(RACE))
+    laps = {n: Lap(n, baton, a.chunk, device) for n in RACE}
+    batches = bc.device_batches(tok, ordered, a.batch_size, a.seed, device)
+    bodies = {
+        "deepen-run": lambda: bc.deepen_run(cfg, spec, tok, ordered, dev, init_state, laps["deepen-run"],
+                                            f"sqlite:///{tmp}/bench-mlflow.db"),
+        "trainer": lambda: bc.trainer(cfg, spec, tok, ordered, dev, init_state, laps["trainer"]),
+        "trainer-pad128": lambda: bc.trainer(cfg, spec, tok, ordered, dev, init_state, laps["trainer-pad128"],
+                                             pad_to=a.max_len),
+        "bare": lambda: bc.bare(cfg, spec, batches, init_state, laps["bare"], device),
+    }
+    results = run_threads(baton, bodies)
+    lengths = [len(x) for x in ordered.with_format(None)["input_ids"]]
+    per_chunk = a.batch_size * a.chunk
+    ex = [min(per_chunk, len(lengths) - i) for i in range(0, len(lengths), per_chunk)]
+    tk = [sum(lengths[i:i + per_chunk]) for i in range(0, len(lengths), per_chunk)]
+    out = {}
+    for n in RACE:
+        t = laps[n].times[1:]  # chunk 0 = warm-up
+        out[n] = {"examples_per_s": median([e / s for e, s in zip(ex[1:], t)]),
+                  "tokens_per_s": median([k / s for k, s in zip(tk[1:], t)]),
+                  "step_ms": 1000 * median(t) / a.chunk, "chunks_s": laps[n].times,
+                  "peak_mem_mb": max(laps[n].peaks) / 2**20, **results.get(n, {})}
+    ref = laps["deepen-run"].times[1:]
+    for n in RACE[1:]:  # paired per chunk: both ran the same batches seconds apart
+        out[n]["deepen_run_speedup"] = median([o / d for o, d in zip(laps[n].times[1:], ref)])
+    pad = sum(max(lengths[i:i + a.batch_size]) * len(lengths[i:i + a.batch_size])
+              for i in range(0, len(lengths), a.batch_size))
+    out["padding"] = {"real_tokens": sum(lengths), "dynamic_padded_tokens": pad,
+                      "pad128_tokens": a.max_len * len(lengths)}
+    return out
+
+
+def rounds(a, steppers: dict, batches_of, device) -> dict:
+    """Interleaved rounds (order rotated each round); round 0 is warm-up for time."""
+    names = list(steppers)
+    times = {n: [] for n in names}
+    peaks = {n: [] for n in names}
+    mem = Memory(device)
+    for r in range(a.rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            step, batches = steppers[n], batches_of(n)
+            mem.start()
+            t0 = time.perf_counter()
+            for b in batches:
+                step(b)
+            sync(device)
+            times[n].append((time.perf_counter() - t0) / len(batches))
+            peaks[n].append(mem.peak())
+    return {n: {"step_ms": 1000 * median(times[n][1:]), "rounds_ms": [1000 * t for t in times[n]],
+                "peak_mem_mb": max(peaks[n]) / 2**20, "_t": times[n][1:]} for n in names}
+
+
+def method_table(a, cfg, spec, tok, ordered, device) -> dict:
+    depth = bb.load_model(cfg.backbone).config.num_hidden_layers
+    variants = {}
+    for name in METHODS:  # whatever the registry holds: new methods join the table by themselves
+        if name == "duplicate":
+            for k in a.dup_k:
+                if k <= depth:
+                    variants[f"duplicate k={k}"] = ("duplicate", [f"method.layers=[{','.join(map(str, range(depth - k, depth)))}]"])
+        else:
+            variants[name] = (name, [])
+    steppers, info, skipped = {}, {}, {}
+    precision = resolve_precision(cfg.train.mixed_precision)
+    for label, (name, extra) in variants.items():
+        try:
+            mcfg = compose_cfg(a, f"method={name}", *extra)
+            torch.manual_seed(a.seed)
+            model = METHODS[name].build(bb.load_model(mcfg.backbone), mcfg.method, [spec])
+        except Exception as e:  # noqa: BLE001 (a method mid-development must not sink the bench)
+            skipped[label] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+            continue
+        st = bc.Stepper(model, mcfg.train, device, precision)
+        steppers[label] = lambda b, st=st: st.step(spec.name, b, spec.is_regression)
+        info[label] = {"params_total": count(model), "params_trainable": count(model, True)}
+    batches = bc.device_batches(tok, ordered, a.batch_size, a.seed, device)[:a.method_steps]
+    res = rounds(a, steppers, lambda n: batches, device)
+    base = res.get("baseline")
+    for n, r in res.items():
+        r.update(info[n])
+        if base:
+            r["x_baseline"] = median([t / b for t, b in zip(r["_t"], base["_t"])])
+    for r in res.values():
+        r.pop("_t")
+    return {"methods": res, "skipped": skipped}
+
+
+def length_table(a, cfg, spec, tok, ordered, init_state, device) -> dict:
+    limit = bb.load_model(cfg.backbone).config.max_position_embeddings
+    lengths = [n for n in a.lengths if n <= limit]
+    st = bc.Stepper(bc.baseline_model(cfg, [spec], init_state), cfg.train, device,
+                    resolve_precision(cfg.train.mixed_precision))
+    batches = {n: bc.fixed_length_batches(tok, ordered, a.batch_size, n, a.method_steps, device) for n in lengths}
+    res = rounds(a, {n: (lambda b: st.step(spec.name, b)) for n in lengths}, lambda n: batches[n], device)
+    first = res[lengths[0]]["_t"] if lengths else []
+    for n, r in res.items():
+        r["examples_per_s"] = 1000 * a.batch_size / r["step_ms"]
+        r["x_shortest"] = median([t / f for t, f in zip(r.pop("_t"), first)])
+    return {str(n): r for n, r in res.items()}
+
+
+def main(argv=None) -> dict:
+    a = parse(argv)
+    t_start, load0 = time.time(), os.getloadavg()
+    cfg = compose_cfg(a)
+    (spec,) = get_tasks(list(cfg.task.names))
+    if spec.is_regression or len(spec.eval_names) != 1:
+        raise SystemExit(f"bench: --task {a.task}: use a single-dev-set classification task (sst2, cola, mrpc, ...)")
+    gd.check_glue_dir(cfg.data.glue_dir, [spec])
+    tok = bb.load_tokenizer(cfg.backbone)
+    data = gd.load_task(spec, cfg.data, tok, a.seed)
+    dev = data.dev[spec.eval_names[0]]
+    need = a.steps * a.batch_size
+    if len(data.train) < need:
+        raise SystemExit(f"bench: {spec.name} has {len(data.train)} training examples; --steps x --batch-size needs {need}")
+    ordered = data.train.select(example_order(data.train, a)[:need])
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(a.seed)
+    init_state = {k: v.clone() for k, v in bc.baseline_model(cfg, [spec]).state_dict().items()}
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="deepen-bench-")
+    print(f"bench: {a.backbone} on {spec.name}, {a.steps} steps x {a.batch_size}, device {device}, "
+          f"{torch.get_num_threads()} threads", flush=True)
+    report = {"settings": vars(a), "race": race(a, cfg, spec, tok, ordered, dev, init_state, device, tmp)}
+    print("bench: race done", flush=True)
+    report.update(method_table(a, cfg, spec, tok, ordered, device))
+    print("bench: methods done", flush=True)
+    report["lengths"] = length_table(a, cfg, spec, tok, ordered, init_state, device)
+    report["env"] = bench_report.environment(device, load0, time.time() - t_start)
+    report["targets"] = bench_report.targets(report)
+    md = bench_report.markdown(report)
+    print(md)
+    bench_report.save(report, md, Path(a.out))
+    return report
+
+
+if __name__ == "__main__":
+    main()

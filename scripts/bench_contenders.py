@@ -1,0 +1,185 @@
+"""The contenders of `make bench`, each a real training loop fed the same batches.
+
+- deepen-run: the runner's own pieces (fast.make_accelerator, data.make_loader, methods build,
+  train.optimizer_for / scheduler_for / train / evaluate, a real MLflow Tracker): nothing re-implemented.
+- trainer: transformers.Trainer on AutoModelForSequenceClassification (what run_glue.py trains),
+  DataCollatorWithPadding, examples in the given order (train_sampling_strategy=sequential).
+- trainer-pad128: the same, padded to max_length like run_glue.py's default (pad_to_max_length).
+- bare: forward, backward, AdamW on pre-collated batches already on the device; no loader, no
+  schedule, no clipping, no logging: the ceiling for this model on this machine.
+All start from the same weights; the deepen-run baseline and BERT's sequence classifier are the
+same network (pooler, dropout, linear), so their dev accuracies are directly comparable.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import tempfile
+
+import torch
+from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, PrinterCallback, Trainer,
+                          TrainerCallback, TrainingArguments, default_data_collator)
+
+from deepen_run import backbone as bb
+from deepen_run import data as gd
+from deepen_run import metrics as glue_metrics
+from deepen_run.fast import enable_tf32, fused_adamw_ok, make_accelerator, resolve_precision
+from deepen_run.methods import METHODS
+from deepen_run.model import task_loss
+from deepen_run.sampling import TaskSampler
+from deepen_run.tracking import Tracker
+from deepen_run.train import batch_inputs, eval_metrics, evaluate, optimizer_for, scheduler_for, train
+
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def baseline_model(cfg, tasks, init_state=None):
+    model = METHODS["baseline"].build(bb.load_model(cfg.backbone), cfg.method, tasks)
+    if init_state is not None:
+        model.load_state_dict(init_state)
+    return model
+
+
+def deepen_run(cfg, spec, tok, ordered, dev, init_state, lap, tracking_uri) -> dict:
+    tcfg = cfg.train
+    model = baseline_model(cfg, [spec], init_state)
+    accelerator = make_accelerator(tcfg)
+    tracker = Tracker(tracking_uri, "bench")
+    tracker.start("bench-deepen-run", {"bench": "1"})
+    loader = gd.make_loader(ordered, tok, tcfg.batch_size, False, cfg.seed)
+    dev_loader = gd.make_loader(dev, tok, tcfg.eval_batch_size, False, cfg.seed)
+    sampler = TaskSampler(cfg.schedule, {spec.name: len(ordered)}, len(loader), tcfg.max_steps, cfg.seed)
+    optimizer = optimizer_for(model, tcfg, accelerator.device.type)
+    scheduler = scheduler_for(optimizer, tcfg, tcfg.max_steps)
+    model, optimizer, scheduler, loader, dev_loader = accelerator.prepare(model, optimizer, scheduler, loader,
+                                                                          dev_loader)
+
+    def run_eval(step):
+        results, _ = evaluate(model, accelerator, {spec.name: dev_loader}, {spec.name: spec})
+        flat = eval_metrics(results, {spec.name: spec.name})
+        tracker.log_metrics(flat, step)
+        return flat
+
+    torch.manual_seed(cfg.seed)
+    lap.begin()
+    final = train(model, optimizer, scheduler, accelerator, {spec.name: loader}, {spec.name: spec}, sampler,
+                  tcfg.max_steps, tcfg, tracker.log_metrics, run_eval, on_step=lap.step)
+    tracker.end("FINISHED")
+    return {"dev_accuracy": final[f"eval/{spec.name}/accuracy"]}
+
+
+class _Lapper(TrainerCallback):
+    def __init__(self, lap):
+        self.lap = lap
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.lap.begin()
+
+    def on_step_end(self, args, state, control, **kw):
+        self.lap.step(state.global_step)
+
+
+def hf_model(cfg, spec, init_state):
+    """run_glue.py's model, with the backbone and head weights the other contenders start from."""
+    path = bb.resolve(cfg.backbone.path)
+    if cfg.backbone.pretrained:
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=spec.num_labels)
+    else:
+        conf = bb.architecture(cfg.backbone)
+        conf.num_labels = spec.num_labels
+        model = AutoModelForSequenceClassification.from_config(conf)
+    body = {k[len("backbone."):]: v for k, v in init_state.items() if k.startswith("backbone.")}
+    model.base_model.load_state_dict(body, strict=False)
+    head = getattr(model, "classifier", None)
+    if isinstance(head, torch.nn.Linear):
+        head.load_state_dict({"weight": init_state[f"heads.{spec.name}.1.weight"],
+                              "bias": init_state[f"heads.{spec.name}.1.bias"]})
+    return model
+
+
+def trainer(cfg, spec, tok, ordered, dev, init_state, lap, pad_to: int | None = None) -> dict:
+    tcfg = cfg.train
+    if pad_to:  # run_glue.py pads while tokenizing, then stacks with default_data_collator
+        def pad(b):
+            return tok.pad({k: b[k] for k in INPUTS if k in b}, padding="max_length", max_length=pad_to)
+        ordered, dev = ordered.map(pad, batched=True), dev.map(pad, batched=True)
+        collator = default_data_collator
+    else:
+        collator = DataCollatorWithPadding(tok)
+    bf16 = resolve_precision(tcfg.mixed_precision) == "bf16"
+    args = TrainingArguments(
+        output_dir=tempfile.mkdtemp(prefix="bench-trainer-"), per_device_train_batch_size=tcfg.batch_size,
+        per_device_eval_batch_size=tcfg.eval_batch_size, learning_rate=tcfg.learning_rate,
+        weight_decay=tcfg.weight_decay, warmup_steps=int(round(tcfg.warmup_ratio * tcfg.max_steps)),
+        lr_scheduler_type=tcfg.lr_scheduler, max_steps=tcfg.max_steps, max_grad_norm=tcfg.max_grad_norm,
+        logging_steps=tcfg.log_every, save_strategy="no", eval_strategy="no", report_to="none",
+        train_sampling_strategy="sequential", seed=cfg.seed, disable_tqdm=True, bf16=bf16,
+        tf32=True if torch.cuda.is_available() else None, dataloader_num_workers=cfg.data.num_workers,
+        dataloader_pin_memory=torch.cuda.is_available())
+    t = Trainer(model=hf_model(cfg, spec, init_state), args=args, train_dataset=ordered, data_collator=collator,
+                processing_class=tok, callbacks=[_Lapper(lap)])
+    t.remove_callback(PrinterCallback)  # its console dicts would interleave with the tables
+    t.train()
+    out = t.predict(dev)
+    preds = out.predictions.argmax(-1).tolist()
+    return {"dev_accuracy": glue_metrics.compute(spec.name, preds, list(dev["label"]))["accuracy"]}
+
+
+def device_batches(tok, ordered, batch_size, seed, device) -> list[dict]:
+    return [{k: v.to(device) for k, v in b.items()}
+            for b in gd.make_loader(ordered, tok, batch_size, False, seed)]
+
+
+def bare(cfg, spec, batches, init_state, lap, device) -> dict:
+    enable_tf32()
+    model = baseline_model(cfg, [spec], init_state).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay,
+                            fused=fused_adamw_ok(device.type))
+    dtype = torch.bfloat16 if resolve_precision(cfg.train.mixed_precision) == "bf16" else None
+    torch.manual_seed(cfg.seed)
+    lap.begin()
+    for i, b in enumerate(batches[:cfg.train.max_steps]):
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            logits = model(spec.name, **batch_inputs(b))
+        task_loss(logits, b["labels"], spec.is_regression).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        lap.step(i + 1)
+    return {}
+
+
+class Stepper:
+    """One model + optimizer for the overhead tables: a plain training step, as `bare` does."""
+
+    def __init__(self, model, tcfg, device, precision: str):
+        self.model = model.to(device).train()
+        self.opt = optimizer_for(self.model, tcfg, device.type)
+        self.dtype = torch.bfloat16 if precision == "bf16" else None
+        self.device = device
+
+    def step(self, task: str, b: dict, regression: bool = False) -> None:
+        with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype is not None):
+            logits = self.model(task, **batch_inputs(b))
+        task_loss(logits, b["labels"], regression).backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+def fixed_length_batches(tok, ds, batch_size, length, n, device) -> list[dict]:
+    """n batches of real examples truncated / padded to exactly `length` tokens."""
+    out = []
+    for i in range(n):
+        rows = ds.select(range(i * batch_size, (i + 1) * batch_size))
+        enc = tok.pad({k: [x[:length] for x in rows[k]] for k in INPUTS if k in rows.column_names},
+                      padding="max_length", max_length=length, return_tensors="pt")
+        enc["labels"] = torch.tensor(rows["label"])
+        out.append({k: v.to(device) for k, v in enc.items()})
+    return out
+
+
+def fresh_copy(state: dict) -> dict:
+    return copy.deepcopy(state)
+
+
+def finite(x: float) -> bool:
+    return isinstance(x, float) and math.isfinite(x)
