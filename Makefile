@@ -40,5 +40,10 @@ ui: install
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db \
 		--default-artifact-root $(CURDIR)/outputs/mlartifacts --host 127.0.0.1 --port $(UI_PORT) --workers 1
 
+# Side-by-side with the Hugging Face Trainer, method overheads, length sweep (< 15 min on 2 CPU
+# cores); writes outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run.
+bench: install
+	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
 clean:
 	rm -rf outputs/runs outputs/multiruns outputs/cache

@@ -50,14 +50,14 @@ def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backbone", default="minilm", help="a conf/backbone name (default: the offline MiniLM)")
     p.add_argument("--task", default="sst2", help="a single-task GLUE classification config (default sst2)")
-    p.add_argument("--steps", type=int, default=80, help="training steps per contender (a multiple of --chunk)")
+    p.add_argument("--steps", type=int, default=60, help="training steps per contender (a multiple of --chunk)")
     p.add_argument("--chunk", type=int, default=10, help="steps per turn; the first chunk is warm-up")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--max-len", type=int, default=128, help="truncation, and run_glue.py's padded length")
     p.add_argument("--group-by-length", action="store_true", help="order examples with data.group_by_length")
     p.add_argument("--method-steps", type=int, default=3, help="steps per method per round")
-    p.add_argument("--rounds", type=int, default=4, help="rounds of the method / length tables (first = warm-up)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the method / length tables (first = warm-up)")
     p.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256])
     p.add_argument("--dup-k", type=int, nargs="+", default=[1, 2, 4], help="layers duplicated (the top k)")
     p.add_argument("--max-eval", type=int, default=None, help="dev examples (default: all)")
@@ -191,6 +191,10 @@ def length_table(a, cfg, spec, tok, ordered, init_state, device) -> dict:
     return {str(n): r for n, r in res.items()}
 
 
+def in_worker(fn):
+    return run_threads(Baton(["worker"]), {"worker": fn})["worker"]
+
+
 def main(argv=None) -> dict:
     a = parse(argv)
     t_start, load0 = time.time(), os.getloadavg()
@@ -216,9 +220,11 @@ def main(argv=None) -> dict:
           f"{torch.get_num_threads()} threads", flush=True)
     report = {"settings": vars(a), "race": race(a, cfg, spec, tok, ordered, dev, init_state, device, tmp)}
     print("bench: race done", flush=True)
-    report.update(method_table(a, cfg, spec, tok, ordered, device))
+    # Same kind of thread as the race: torch's CPU thread pool behaves differently in the main
+    # thread (much slower per small op when the cores are oversubscribed), so mixing would skew.
+    report.update(in_worker(lambda: method_table(a, cfg, spec, tok, ordered, device)))
     print("bench: methods done", flush=True)
-    report["lengths"] = length_table(a, cfg, spec, tok, ordered, init_state, device)
+    report["lengths"] = in_worker(lambda: length_table(a, cfg, spec, tok, ordered, init_state, device))
     report["env"] = bench_report.environment(device, load0, time.time() - t_start)
     report["targets"] = bench_report.targets(report)
     md = bench_report.markdown(report)
