@@ -89,7 +89,12 @@ def hf_model(cfg, spec, init_state):
         conf.num_labels = spec.num_labels
         model = AutoModelForSequenceClassification.from_config(conf)
     body = {k[len("backbone."):]: v for k, v in init_state.items() if k.startswith("backbone.")}
-    model.base_model.load_state_dict(body, strict=False)
+    # strict=False: a base model may lack the pooler (RoBERTa's classifier has its own head);
+    # but every weight we hand over must land, or the contenders would not start equal.
+    loaded = model.base_model.load_state_dict(body, strict=False)
+    foreign = [k for k in loaded.unexpected_keys if not k.startswith("pooler.")]
+    if foreign:
+        raise RuntimeError(f"Trainer model does not take {foreign[:3]}...: not the same backbone")
     head = getattr(model, "classifier", None)
     if isinstance(head, torch.nn.Linear):
         head.load_state_dict({"weight": init_state[f"heads.{spec.name}.1.weight"],
