@@ -36,6 +36,7 @@ import bench_report  # noqa: E402
 from bench_race import Baton, Lap, Memory, median, run_threads, sync  # noqa: E402
 from deepen_run import backbone as bb  # noqa: E402
 from deepen_run import data as gd  # noqa: E402
+from deepen_run import tsv  # noqa: E402
 from deepen_run.batching import LengthGroupedSampler  # noqa: E402
 from deepen_run.config import ROOT, register  # noqa: E402
 from deepen_run.fast import resolve_precision  # noqa: E402
@@ -202,7 +203,7 @@ def main(argv=None) -> dict:
     (spec,) = get_tasks(list(cfg.task.names))
     if spec.is_regression or len(spec.eval_names) != 1:
         raise SystemExit(f"bench: --task {a.task}: use a single-dev-set classification task (sst2, cola, mrpc, ...)")
-    gd.check_glue_dir(cfg.data.glue_dir, [spec])
+    tsv.check_glue_dir(cfg.data.glue_dir, [spec])
     tok = bb.load_tokenizer(cfg.backbone)
     data = gd.load_task(spec, cfg.data, tok, a.seed)
     dev = data.dev[spec.eval_names[0]]
