@@ -72,4 +72,4 @@ def test_two_cpu_processes_make_one_run(glue_dir, tmp_path):
     # One Hydra run directory (rank 0's); the other rank wrote nothing of Hydra's.
     assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()
     assert not (tmp_path / ".hydra").exists() and not list(tmp_path.glob("*.log"))
-    assert {p.name for p in tmp_path.iterdir()} <= {"run", "mlflow.db", "mlartifacts"}
+    assert {p.name for p in tmp_path.iterdir()} <= {"run", "mlflow.db", "mlflow.db.lock", "mlartifacts"}
