@@ -1,6 +1,6 @@
 """`deepen-report`: the paper-style results table, from the runs in MLflow.
 
-One row per (backbone, method, schedule, method options); one column per GLUE task holding the
+One row per (backbone, method, schedule, method options that differ between rows); one column per GLUE task holding the
 task's mean metric x100 (MRPC: mean of accuracy and F1, STS-B: of Pearson and Spearman, MNLI: of
 -m and -mm, as in the GLUE score), as mean ± sample std over the row's runs (seeds), plus the
 average over the row's tasks and the number of runs. Rows may cover only some tasks.
@@ -32,9 +32,19 @@ def task_value(metrics: dict[str, float], task: str) -> Optional[float]:
     return 100 * sum(vals) / len(vals) if vals else None
 
 
-def _options(params: dict[str, str]) -> str:
-    return " ".join(f"{k[len('method.'):]}={v}" for k, v in sorted(params.items())
-                    if k.startswith("method.") and k != "method.name")
+def _options(params: dict[str, str]) -> tuple:
+    return tuple((k[len("method."):], v) for k, v in sorted(params.items())
+                 if k.startswith("method.") and k != "method.name")
+
+
+def _shown_options(keys) -> dict[tuple, str]:
+    """Name only the method options that differ between rows of the same method: a table of
+    gru_layers=1,2,3 says `gru_layers=2`, not every default of HIRE."""
+    by_method: dict[str, list[dict]] = {}
+    for k in keys:
+        by_method.setdefault(k[1], []).append(dict(k[3]))
+    varying = {m: {o for d in ds for o in d if len({str(x.get(o)) for x in ds}) > 1} for m, ds in by_method.items()}
+    return {k: " ".join(f"{o}={v}" for o, v in k[3] if o in varying[k[1]]) or "-" for k in keys}
 
 
 def _stats(vals: list[float]) -> dict:
@@ -59,8 +69,10 @@ def build(runs: list[dict]) -> dict:
                 groups.setdefault(key, {}).setdefault(t, []).append((tags.get("seed", r["run_id"]), v))
     order = [t for t in TASKS if any(t in g for g in groups.values())]
     rows = []
+    shown = _shown_options(groups)
     for key, per_task in sorted(groups.items()):
         row = dict(zip(KEY, key))
+        row["options"] = shown[key]
         for t in order:
             row[t] = _stats([v for _, v in per_task[t]]) if t in per_task else None
         means = [row[t]["mean"] for t in order if row[t]]

@@ -87,14 +87,25 @@ def test_report_rows_with_only_some_tasks():
     table = report.build(runs)
     assert table["tasks"] == ["mrpc", "stsb", "rte"]
     single, multi = table["rows"]  # sorted: schedule "-" first
-    assert (single["schedule"], single["options"], single["n"]) == ("-", "pooling=cls", 2)
+    assert (single["schedule"], single["options"], single["n"]) == ("-", "-", 2)  # no option varies
     assert single["rte"]["mean"] == pytest.approx(65.0) and single["rte"]["std"] == pytest.approx(7.0711, abs=1e-3)
     assert single["mrpc"] == {"mean": pytest.approx(85.0), "std": None, "n": 1} and single["stsb"] is None
     # Average over the row's tasks; its spread only over seeds that have them all (seed 1 only here).
     assert single["avg"] == {"mean": pytest.approx(75.0), "std": None, "n": 1}
     assert multi["schedule"] == "sqrt" and multi["stsb"]["mean"] == pytest.approx(60.0) and multi["rte"] is None
     md = report.to_markdown(table)
-    assert "| minilm | baseline | - | pooling=cls | 85.0 (n=1) | - | 65.0 ± 7.1 | 75.0 | 2 |" in md
+    assert "| minilm | baseline | - | - | 85.0 (n=1) | - | 65.0 ± 7.1 | 75.0 | 2 |" in md
+
+
+def test_report_names_only_the_options_that_vary():
+    def hire(k, seed, acc):
+        r = _run("rte", seed, {"eval/rte/accuracy": acc}, method="hire")
+        return r | {"params": {"method.gru_layers": str(k), "method.pool": "cls"}}
+
+    runs = [hire(1, 1, 0.6), hire(1, 2, 0.62), hire(3, 1, 0.7), _run("rte", 1, {"eval/rte/accuracy": 0.5})]
+    rows = {(r["method"], r["options"]): r for r in report.build(runs)["rows"]}
+    assert set(rows) == {("baseline", "-"), ("hire", "gru_layers=1"), ("hire", "gru_layers=3")}
+    assert rows["hire", "gru_layers=1"]["n"] == 2 and rows["hire", "gru_layers=3"]["rte"]["mean"] == pytest.approx(70.0)
 
 
 def _open_store(uri, experiment):
