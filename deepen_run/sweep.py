@@ -103,7 +103,7 @@ class SweepCallback(Callback):
             "launcher": target("hydra.launcher._target_"), "sweeper": target("hydra.sweeper._target_")})
         tracker.log_params(sweep_params(config) | {"sweep.jobs": n if n is not None else "?"})
         info = {"sweep_id": sweep_id, "parent_run_id": parent, "uri": uri, "experiment": experiment,
-                "n_jobs": n, "dir": str(sweep_dir)}
+                "n_jobs": n, "dir": str(sweep_dir), "params": sweep_params(config)}
         _write_json(sweep_dir / SWEEP_FILE, info)
         print(f"[sweep {sweep_id}] {n if n is not None else '?'} jobs; parent run {parent} in experiment "
               f"{experiment!r} ({uri}); outputs in {sweep_dir}", flush=True)
@@ -195,6 +195,19 @@ def _report(info: dict, tracker) -> None:
         print(f"deepen-run: warning: the sweep's report failed: {_one_line(e)}", file=sys.stderr)
 
 
+def _is_sweep(value: str) -> bool:
+    """`1,2,3`, `[1],[2]`, range(...), choice(...), interval(...): not a plain value or list `[2,3]`."""
+    if value.startswith(("range(", "choice(", "interval(", "glob(", "tag(")):
+        return True
+    depth = 0
+    for ch in value:
+        depth += ch in "[({"
+        depth -= ch in "])}"
+        if ch == "," and depth == 0:
+            return True
+    return False
+
+
 class SweepJob:
     """One job of a sweep, on whichever machine runs it."""
 
@@ -206,11 +219,26 @@ class SweepJob:
         return {"mlflow.parentRunId": self.info["parent_run_id"], "sweep_id": self.info["sweep_id"],
                 "sweep_role": "child", "sweep_job": str(self.num)}
 
+    def swept(self) -> list[str]:
+        """This job's values of the swept keys the default run name does not already say, so the
+        children of `method.gru_layers=1,2,3` are told apart in the MLflow UI."""
+        named = {"backbone", "method", "task", "task.names", "schedule", "seed"}
+        sweep = self.info.get("params", {})
+        out = []
+        for o in self.overrides:
+            key, _, value = o.partition("=")
+            key = key.lstrip("+~")
+            if key not in named and _is_sweep(sweep.get(key, "")):
+                out.append(f"{key.rsplit('.', 1)[-1]}={value}")
+        return out
+
     def run(self, cfg, run_fn: Callable[..., float]) -> float:
         from deepen_run.runner import run_name
 
         t0 = time.time()
         _write_json(self.jobs / f"{self.num}.start.json", {"overrides": self.overrides})
+        if not cfg.tracking.run_name:
+            cfg.tracking.run_name = " ".join([run_name(cfg), *self.swept()])
         name = run_name(cfg)
         try:
             score = float(run_fn(cfg, tags=self.tags()))

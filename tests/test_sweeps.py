@@ -129,3 +129,14 @@ def test_processes_opening_a_fresh_sqlite_store_at_once_do_not_race(tmp_path):
     assert [p.exitcode for p in procs] == [0, 0]
     _, runs = runs_of(uri, "race")
     assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_child_run_names_carry_the_swept_values():
+    from deepen_run.sweep import SweepJob
+
+    info = {"params": {"method.gru_layers": "1,2,3", "method.layers": "[2,3]", "seed": "1,2",
+                       "train.learning_rate": "interval(1e-5, 1e-4)", "dry_run": "true"}}
+    job = SweepJob(info | {"dir": "/tmp"}, 0, ["method.gru_layers=2", "method.layers=[2,3]", "seed=1",
+                                             "train.learning_rate=3e-05", "dry_run=True"])
+    # seed is in the default name already; a plain list value is not a sweep.
+    assert job.swept() == ["gru_layers=2", "learning_rate=3e-05"]
