@@ -160,7 +160,7 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
     record(cfg, tracker, data, state, final, total)
     if cfg.predict:
         rows = submission.write(model, accelerator, tracker, data, tok, tcfg.eval_batch_size, cfg.seed)
-        print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
+        accelerator.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
     if hasattr(method, "after_train"):
         method.after_train(accelerator.unwrap_model(model), ctx)
     accelerator.print(" ".join(f"{k}={v:.4f}" for k, v in final.items()))

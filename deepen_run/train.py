@@ -66,9 +66,8 @@ def evaluate(model, accelerator, dev_loaders: dict, specs: dict) -> tuple[dict, 
             p, r = accelerator.gather_for_metrics((p, batch["labels"]))
             outs.append(p.cpu())
             refs.append(r.cpu())
-        pred, ref = torch.cat(outs), torch.cat(refs)
-        preds[name] = pred.tolist()
-        results[name] = glue_metrics.compute(name, pred.tolist(), ref.tolist())
+        preds[name] = torch.cat(outs).tolist()
+        results[name] = glue_metrics.compute(name, preds[name], torch.cat(refs).tolist())
     model.train()
     return results, preds
 
