@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from deepen_run import backbone as bb
 from deepen_run import checkpoint as ck
 from deepen_run import data as gd
+from deepen_run import metrics as glue_metrics
 from deepen_run import submission
 from deepen_run.context import RunContext
 from deepen_run.fast import make_accelerator
@@ -136,12 +137,13 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
         tracker.log_csv(table, "sampling/probabilities.csv")
         tracker.log_figure(sampling_plot(table, list(data)), "sampling/probabilities.png")
 
-    state = {"preds": {}, "results": {}}
+    state = {"preds": {}, "results": {}, "undefined": []}
 
     def run_eval(step: int) -> dict:
         with GUARD.deferred(False):  # a signal during evaluation stops it at once
             results, preds = evaluate(model, accelerator, dev, eval_specs)
         flat = eval_metrics(results, task_of)
+        warn_undefined(results, state, tracker, accelerator)
         saver.save_best(model, step, flat["eval/score"])
         tracker.log_metrics(flat | {"eval/best_score": saver.best}, step)
         state.update(preds=preds, results=results)
@@ -165,6 +167,17 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
         method.after_train(accelerator.unwrap_model(model), ctx)
     accelerator.print(" ".join(f"{k}={v:.4f}" for k, v in final.items()))
     return final["eval/score"]
+
+
+def warn_undefined(results, state, tracker, accelerator) -> None:
+    """An undefined metric counts as 0 in eval/score (deepen_run/metrics): say so once per metric, and
+    tag the run `undefined_metrics=stsb/pearson,...` so the score is never read as a clean one."""
+    new = [m for m in glue_metrics.undefined(results) if m not in state["undefined"]]
+    if new:
+        state["undefined"] += new
+        accelerator.print(f"deepen-run: warning: {', '.join(new)} undefined (NaN; a constant prediction?), "
+                          f"counted as {glue_metrics.UNDEFINED_VALUE:g} in eval/score")
+        tracker.set_tags({"undefined_metrics": ",".join(state["undefined"])})
 
 
 def record(cfg, tracker, data, state, final, total) -> None:

@@ -8,25 +8,10 @@ the other classification tasks (our label ids already are GLUE's), and STS-B sco
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from deepen_run.errors import UserError
 from deepen_run.glue import TaskSpec
 from deepen_run.train import batch_inputs
-
-
-def check(cfg, tasks: list[TaskSpec]) -> None:
-    """predict=true with a local GLUE folder: every test file must be there (fail before loading)."""
-    if not cfg.predict or cfg.data.glue_dir is None or cfg.dry_run:
-        return
-    for spec in tasks:
-        for stem, _ in spec.test_splits:
-            f = Path(cfg.data.glue_dir) / spec.folder / f"{stem}.tsv"
-            if not f.is_file():
-                raise UserError(f"predict=true: {f} is missing; put GLUE's {spec.folder}/{stem}.tsv there "
-                                f"or drop {spec.name} from task.names")
 
 
 def label_string(spec: TaskSpec, pred) -> str:

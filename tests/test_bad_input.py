@@ -1,27 +1,103 @@
 """Every kind of bad input: one line naming the culprit, a non-zero exit, no traceback, no run
-left RUNNING, and nothing from the failed attempt in its run dir but its log."""
+left RUNNING, and nothing from the failed attempt in its run dir but its log.
+
+Permission cases (chmod) are skipped as root: root reads and writes whatever the mode bits say,
+so there the bad input does not exist (the pre-flight asks os.access, which answers the same)."""
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import cli
+from deepen_run.config import ROOT
 from deepen_run.methods import METHODS
 
-
-def tsv_dir(tmp: Path, name: str, train: str, dev: str = "sentence\tlabel\ngood\t1\n") -> str:
-    root = tmp / name
-    (root / "SST-2").mkdir(parents=True)
-    (root / "SST-2" / "train.tsv").write_text(train)
-    (root / "SST-2" / "dev.tsv").write_text(dev)
-    return str(root)
+ROOT_USER = os.geteuid() == 0
 
 
 def needs(method: str):
     return pytest.mark.skipif(method not in METHODS, reason=f"method={method} is not registered on this branch yet")
 
 
+def not_root(case: str):
+    return pytest.mark.skipif(ROOT_USER, reason=f"{case}: root ignores permission bits (run as a non-root user)")
+
+
 GOOD = "sentence\tlabel\ngood\t1\nbad\t0\n"
+STSB = "index\tsentence1\tsentence2\tscore\n0\ta\tb\t{}\n"
+RTE = "index\tsentence1\tsentence2\tlabel\n{}\ta\tb\tentailment\n"
+
+
+class Fixtures(dict):
+    """Bad GLUE folders and stores, each made only when a case names it ({name} in an override)."""
+
+    def __init__(self, tmp: Path):
+        super().__init__()
+        self.tmp = tmp
+
+    def __missing__(self, name: str) -> str:
+        make = getattr(self, f"make_{name}", None)
+        self[name] = str(make() if make else self.task_dir(name, *DATA[name]))
+        return self[name]
+
+    def task_dir(self, name: str, folder: str, files: dict) -> Path:
+        root = self.tmp / name
+        (root / folder).mkdir(parents=True)
+        for stem, text in files.items():
+            (root / folder / f"{stem}.tsv").write_bytes(text if isinstance(text, bytes) else text.encode())
+        return root
+
+    def make_unreadable_file(self) -> Path:
+        root = self.task_dir("unreadable_file", "SST-2", {"train": GOOD, "dev": GOOD})
+        (root / "SST-2" / "train.tsv").chmod(0)
+        return root
+
+    def make_unreadable_dir(self) -> Path:
+        root = self.task_dir("unreadable_dir", "SST-2", {"train": GOOD, "dev": GOOD})
+        (root / "SST-2").chmod(0)
+        return root
+
+    def make_file(self) -> Path:
+        (self.tmp / "a-file").write_text("not a folder\n")
+        return self.tmp / "a-file"
+
+    def make_ro_store(self) -> Path:
+        (self.tmp / "ro").mkdir()
+        (self.tmp / "ro").chmod(0o555)
+        return self.tmp / "ro"
+
+    def make_ro_db(self) -> Path:
+        (self.tmp / "rodb").mkdir()
+        (self.tmp / "rodb" / "mlflow.db").write_bytes(b"")
+        (self.tmp / "rodb" / "mlflow.db").chmod(0o444)
+        return self.tmp / "rodb" / "mlflow.db"
+
+    def make_db_dir(self) -> Path:
+        (self.tmp / "db-is-dir.db").mkdir()
+        return self.tmp / "db-is-dir.db"
+
+    def restore(self) -> None:
+        for p in self.tmp.rglob("*"):  # let pytest remove what the permission cases locked
+            p.chmod(0o755)
+
+
+DATA = {  # fixture name -> (GLUE folder, {split: text})
+    "cols": ("SST-2", {"train": "sentence\tlabel\ngood\t1\nonly-one-column\n", "dev": GOOD}),
+    "label": ("SST-2", {"train": "sentence\tlabel\ngood\t1\nbad\t7\n", "dev": GOOD}),
+    "empty": ("SST-2", {"train": GOOD, "dev": "sentence\tlabel\n"}),
+    "not_utf8": ("SST-2", {"train": b"sentence\tlabel\ngood\t1\nb\xffd\t0\n", "dev": GOOD}),
+    "superscript": ("SST-2", {"train": "sentence\tlabel\ngood\t1\nbad\t\u00b2\n", "dev": GOOD}),
+    "index": ("RTE", {"train": RTE.format(0), "dev": RTE.format("x7")}),
+    "stsb_nan": ("STS-B", {"train": STSB.format("nan"), "dev": STSB.format(1.0)}),
+    "stsb_inf": ("STS-B", {"train": STSB.format(1.0), "dev": STSB.format("inf")}),
+    "stsb_range": ("STS-B", {"train": STSB.format(7.5), "dev": STSB.format(1.0)}),
+    "no_test": ("SST-2", {"train": GOOD, "dev": GOOD}),
+    "bad_test": ("SST-2", {"train": GOOD, "dev": GOOD, "test": "index\tsentence\n0\tok\n1x\tbad\n"}),
+}
 CASES = [
     ("unknown-option", ["backbone=nope"], "backbone/nope"),
     ("unknown-key", ["train.learning_rat=1e-3"], "learning_rat"),
@@ -34,6 +110,35 @@ CASES = [
     ("wrong-columns", ["data.glue_dir={cols}"], "SST-2/train.tsv:3"),
     ("label-outside-set", ["data.glue_dir={label}"], "SST-2/train.tsv:3: label '7'"),
     ("empty-split", ["data.glue_dir={empty}"], "SST-2/dev.tsv"),
+    ("not-utf8", ["data.glue_dir={not_utf8}"], "SST-2/train.tsv:3: byte b'\\xff' is not UTF-8"),
+    ("superscript-label", ["data.glue_dir={superscript}"], "SST-2/train.tsv:3: label '\u00b2'"),
+    ("non-integer-index", ["data.glue_dir={index}", "task=rte"], "RTE/dev.tsv:2: index 'x7'"),
+    ("stsb-nan-score", ["data.glue_dir={stsb_nan}", "task=stsb"], "STS-B/train.tsv:2: label 'nan'"),
+    ("stsb-inf-score", ["data.glue_dir={stsb_inf}", "task=stsb"], "STS-B/dev.tsv:2: label 'inf'"),
+    ("stsb-score-above-5", ["data.glue_dir={stsb_range}", "task=stsb"], "STS-B/train.tsv:2: label '7.5'"),
+    ("predict-test-missing", ["data.glue_dir={no_test}", "predict=true"], "SST-2/test.tsv is missing"),
+    ("predict-test-bad-row", ["data.glue_dir={bad_test}", "predict=true"], "SST-2/test.tsv:3: index '1x'"),
+    pytest.param("unreadable-file", ["data.glue_dir={unreadable_file}"], "SST-2/train.tsv is not readable",
+                 marks=not_root("unreadable-file"), id="unreadable-file"),
+    pytest.param("unreadable-folder", ["data.glue_dir={unreadable_dir}"], "SST-2 is not readable",
+                 marks=not_root("unreadable-folder"), id="unreadable-folder"),
+    ("glue-dir-is-a-file", ["data.glue_dir={file}"], "a-file is a file, not a folder"),
+    ("seq-length-1", ["data.max_seq_length=1"], "data.max_seq_length=1"),
+    ("seq-length-beyond-positions", ["data.max_seq_length=100000"], "data.max_seq_length=100000 exceeds"),
+    ("negative-seed", ["seed=-1"], "seed=-1"),
+    ("unknown-scheduler", ["train.lr_scheduler=bogus"], "train.lr_scheduler='bogus'"),
+    ("infinite-epochs", ["train.num_epochs=inf"], "train.num_epochs=inf"),
+    ("nan-lr", ["train.learning_rate=nan"], "train.learning_rate=nan"),
+    ("negative-workers", ["data.num_workers=-1"], "data.num_workers=-1"),
+    ("empty-experiment", ["tracking.experiment="], "tracking.experiment is empty"),
+    pytest.param("read-only-tracking-folder", ["tracking.uri=sqlite:///{ro_store}/mlflow.db"], "ro is not writable",
+                 marks=not_root("read-only-tracking-folder"), id="read-only-tracking-folder"),
+    pytest.param("read-only-tracking-db", ["tracking.uri=sqlite:///{ro_db}"], "rodb/mlflow.db is read-only",
+                 marks=not_root("read-only-tracking-db"), id="read-only-tracking-db"),
+    ("tracking-folder-is-a-file", ["tracking.uri=sqlite:///{file}/mlflow.db"], "a-file is a file, not a folder"),
+    ("tracking-db-is-a-folder", ["tracking.uri=sqlite:///{db_dir}"], "db-is-dir.db is a folder"),
+    ("plus-unknown-key", ["+train.lr=1e-4"], "unknown config key train.lr"),
+    ("plus-unknown-data-key", ["+data.max_len=64"], "unknown config key data.max_len"),
     pytest.param("duplicate-out-of-range", ["method=duplicate", "method.layers=[0,99]"], "99",
                  marks=needs("duplicate"), id="duplicate-out-of-range"),
     pytest.param("gru-layers-zero", ["method=hire", "method.gru_layers=0"], "gru_layers", marks=needs("hire"),
@@ -48,14 +153,18 @@ CASES = [
 @pytest.mark.parametrize("case,overrides,culprit", [c if hasattr(c, "marks") else pytest.param(*c, id=c[0])
                                                     for c in CASES])
 def test_bad_input(case, overrides, culprit, glue_dir, tmp_path):
-    dirs = {"cols": tsv_dir(tmp_path, "cols", "sentence\tlabel\ngood\t1\nonly-one-column\n"),
-            "label": tsv_dir(tmp_path, "label", "sentence\tlabel\ngood\t1\nbad\t7\n"),
-            "empty": tsv_dir(tmp_path, "empty", GOOD, dev="sentence\tlabel\n")}
+    made = Fixtures(tmp_path)
     run_dir = tmp_path / "outputs" / "runs" / "attempt"
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = ["backbone=tiny", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.run.dir={run_dir}"]
-    args += [o.format(**dirs) for o in overrides]
-    r = cli(*args, timeout=120, env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "OMP_NUM_THREADS": "1"})
+    mine = [o.format_map(made) for o in overrides]
+    keys = {o.split("=", 1)[0].lstrip("+") for o in mine}  # Hydra rejects a key given twice
+    args = [a for a in ["backbone=tiny", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+                        f"hydra.run.dir={run_dir}"] if a.split("=", 1)[0] not in keys] + mine
+    try:
+        r = cli(*args, timeout=120, env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+                                         "OMP_NUM_THREADS": "1"})
+    finally:
+        made.restore()
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, r.stderr
@@ -73,3 +182,83 @@ def test_bad_input(case, overrides, culprit, glue_dir, tmp_path):
     left = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
     assert left in ([], ["cli.log"]), left
     shutil.rmtree(tmp_path / "hf", ignore_errors=True)
+
+
+# Cases the cheap pre-flight (deepen_run/preflight.cheap) must catch on its own.
+CHEAP = ["wrong-columns", "not-utf8", "superscript-label", "non-integer-index", "stsb-nan-score", "stsb-inf-score",
+         "stsb-score-above-5", "predict-test-missing", "predict-test-bad-row", "glue-dir-is-a-file", "seq-length-1",
+         "negative-seed", "unknown-scheduler", "infinite-epochs", "negative-workers", "empty-experiment",
+         "tracking-folder-is-a-file", "tracking-db-is-a-folder", "plus-unknown-key"]
+CHECK_ALL = """
+import json, sys
+from hydra import compose, initialize_config_dir
+from deepen_run.config import register
+from deepen_run.errors import UserError
+from deepen_run import preflight
+register()
+out = {}
+with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
+    for case, overrides in json.loads(sys.argv[2]).items():
+        try:
+            preflight.cheap(compose(config_name="config", overrides=overrides))
+            out[case] = None
+        except UserError as e:
+            out[case] = str(e)
+print(json.dumps({"errors": out, "heavy": [m for m in ("transformers", "mlflow", "datasets") if m in sys.modules]}))
+"""
+
+
+def test_cheap_checks_load_no_model_library(glue_dir, tmp_path):
+    """The data, number, name and store checks run without transformers, datasets or mlflow (torch itself
+    is loaded by the method registry the config schema needs), all cases in one process."""
+    made = Fixtures(tmp_path)
+    cases = {c.values[0]: c.values for c in CASES if hasattr(c, "values")}
+    cases |= {c[0]: c for c in CASES if not hasattr(c, "values")}
+    todo = {}
+    for name in CHEAP:
+        mine = [o.format_map(made) for o in cases[name][1]]
+        keys = {o.split("=", 1)[0].lstrip("+") for o in mine}
+        base = ["backbone=tiny", f"data.glue_dir={glue_dir}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+        todo[name] = [a for a in base if a.split("=", 1)[0] not in keys] + mine
+    r = subprocess.run([sys.executable, "-c", CHECK_ALL, str(ROOT / "conf"), json.dumps(todo)], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    for name in CHEAP:
+        assert got["errors"][name] and cases[name][2] in got["errors"][name], (name, got["errors"][name])
+    assert got["heavy"] == []
+
+
+def test_scheduler_names_are_transformers_schedulers():
+    """preflight.SCHEDULERS (kept without importing transformers) are SchedulerType values that build from
+    warmup and total steps alone and step without a metric, as train.scheduler_for uses them."""
+    import torch
+    from transformers import get_scheduler
+    from transformers.trainer_utils import SchedulerType
+
+    from deepen_run.preflight import SCHEDULERS
+
+    for name in SCHEDULERS:
+        assert name in {s.value for s in SchedulerType}, name
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        sched = get_scheduler(name, opt, num_warmup_steps=2, num_training_steps=10)
+        opt.step()
+        sched.step()
+
+
+def test_read_only_store_as_a_non_root_user_sees_it(tmp_path, monkeypatch):
+    """Root's stand-in for the chmod cases above: os.access is what the pre-flight asks, so answering
+    it as a non-root user would shows each read-only part of the store named in the error."""
+    from omegaconf import OmegaConf
+
+    from deepen_run.errors import UserError
+    from deepen_run.preflight import tracking_store
+
+    (tmp_path / "mlflow.db").write_bytes(b"")
+    for locked, culprit in [(tmp_path / "mlflow.db", "mlflow.db is read-only"), (tmp_path, "is not writable")]:
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, locked=locked: Path(p) != locked and real(p, mode))
+        t = OmegaConf.create({"uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "x"})
+        with pytest.raises(UserError, match=culprit):
+            tracking_store(t)
+        monkeypatch.undo()

@@ -19,11 +19,23 @@ def compute(eval_name: str, predictions, references) -> dict[str, float]:
     return load(eval_name).compute(predictions=predictions, references=references)
 
 
+# An undefined metric (NaN: e.g. Pearson/Spearman of a constant prediction) counts as the worst value
+# a useless model gets: a correlation of 0 (MCC, Pearson, Spearman), or 0 accuracy/F1. Dropping it
+# instead would let a task that collapsed vanish from eval/score and the other tasks speak for it.
+UNDEFINED_VALUE = 0.0
+
+
+def undefined(results: dict[str, dict[str, float]]) -> list[str]:
+    """`<eval name>/<metric>` of every undefined (non-finite) metric, e.g. ['stsb/pearson']."""
+    return [f"{name}/{m}" for name, metrics in results.items() for m, v in metrics.items() if not math.isfinite(v)]
+
+
 def glue_score(results: dict[str, dict[str, float]], task_of: dict[str, str]) -> float:
-    """Mean over tasks of each task's mean metric (MNLI-m and -mm together form MNLI's)."""
+    """Mean over tasks of each task's mean metric (MNLI-m and -mm together form MNLI's); an undefined
+    metric counts as UNDEFINED_VALUE, so every task always weighs in."""
     per_task: dict[str, list[float]] = {}
     for name, metrics in results.items():
-        vals = [v for v in metrics.values() if not math.isnan(v)]
+        vals = [v if math.isfinite(v) else UNDEFINED_VALUE for v in metrics.values()]
         per_task.setdefault(task_of[name], []).extend(vals)
     means = [sum(v) / len(v) for v in per_task.values() if v]
     return sum(means) / len(means) if means else float("nan")
