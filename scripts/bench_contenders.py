@@ -28,7 +28,8 @@ from deepen_run.methods import METHODS
 from deepen_run.model import task_loss
 from deepen_run.sampling import TaskSampler
 from deepen_run.tracking import Tracker
-from deepen_run.train import batch_inputs, eval_metrics, evaluate, optimizer_for, scheduler_for, train
+from deepen_run.predict import batch_inputs
+from deepen_run.train import eval_metrics, evaluate, optimizer_for, scheduler_for, train
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
