@@ -37,7 +37,6 @@ from bench_race import Baton, Lap, Memory, median, run_threads, sync  # noqa: E4
 from deepen_run import backbone as bb  # noqa: E402
 from deepen_run import data as gd  # noqa: E402
 from deepen_run import tsv  # noqa: E402
-from deepen_run.batching import LengthGroupedSampler  # noqa: E402
 from deepen_run.config import ROOT, register  # noqa: E402
 from deepen_run.fast import resolve_precision  # noqa: E402
 from deepen_run.glue import get_tasks  # noqa: E402
@@ -85,7 +84,7 @@ def compose_cfg(a, *extra: str):
 def example_order(train, a) -> list[int]:
     gen = torch.Generator().manual_seed(a.seed)
     if a.group_by_length:
-        return list(LengthGroupedSampler(train, a.batch_size, gen))
+        return list(gd.length_grouped(train, a.batch_size, gen))
     return torch.randperm(len(train), generator=gen).tolist()
 
 
