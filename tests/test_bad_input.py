@@ -8,6 +8,8 @@ import pytest
 from conftest import cli
 from deepen_run.methods import METHODS
 
+pytestmark = pytest.mark.subprocess  # each case runs the CLI
+
 
 def tsv_dir(tmp: Path, name: str, train: str, dev: str = "sentence\tlabel\ngood\t1\n") -> str:
     root = tmp / name

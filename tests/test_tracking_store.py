@@ -1,7 +1,10 @@
 """The local MLflow store: set up once, batches of any size, the shared small helpers."""
 from __future__ import annotations
 
+import pytest
 from mlflow.tracking import MlflowClient
+
+from conftest import runs_of
 
 from deepen_run.tracking import Tracker, create_schema_once, has_schema
 from deepen_run.util import first_line, one_line, sqlite_path
@@ -40,3 +43,25 @@ def test_error_lines():
     assert first_line(ValueError("first\nsecond")) == "ValueError: first"
     assert first_line(KeyError()) == "KeyError: "
     assert len(first_line(RuntimeError("x" * 999), 50)) == 50
+
+
+def _open_store(uri, experiment):
+    t = Tracker(uri, experiment)
+    t.start("r", {})
+    t.end()
+
+
+@pytest.mark.subprocess
+def test_processes_opening_a_fresh_sqlite_store_at_once_do_not_race(tmp_path):
+    # Without the schema lock, concurrent alembic migrations fail ("duplicate column name").
+    import multiprocessing as mp
+
+    uri = f"sqlite:///{tmp_path}/fresh.db"
+    procs = [mp.get_context("fork").Process(target=_open_store, args=(uri, "race")) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    _, runs = runs_of(uri, "race")
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
