@@ -50,7 +50,7 @@ def prepare_store(uri: str) -> None:
 
 def has_schema(db: Path) -> bool:
     """The file is a SQLite database MLflow has already set up (its alembic version table exists).
-    A read-only look with the standard library: milliseconds, against seconds for MLflow's check."""
+    A read-only look with the standard library (create_schema_once holds the lock around it)."""
     import sqlite3
 
     if not db.is_file():
@@ -70,18 +70,21 @@ def create_schema_once(uri: str) -> None:
     migrations and fail ("duplicate column", "table _alembic_tmp_params already exists"); the
     lock makes the first one create the schema while the others wait. Later writes from
     parallel jobs are safe on their own: MLflow sets SQLite's busy_timeout (20 s) on every session.
-    A store that already has its schema is left alone (no lock, no probe): MLflow's own client
-    still checks the schema version when it opens the store.
+    A store that already has its schema gets no MLflow probe (seconds), only the lock (a syscall)
+    and a read-only sqlite3 look (milliseconds); the look needs the lock, since alembic writes its
+    version table at the first of its many migration steps. MLflow's client still checks the schema
+    version when it opens the store.
     """
     db = sqlite_path(uri)
-    if db is None or has_schema(db):
+    if db is None:
         return
     import fcntl
 
     with open(f"{db}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+            if not has_schema(db):
+                MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 

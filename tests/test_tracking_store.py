@@ -6,19 +6,22 @@ from mlflow.tracking import MlflowClient
 
 from conftest import runs_of
 
+from deepen_run import tracking
 from deepen_run.tracking import Tracker, create_schema_once, has_schema
 from deepen_run.util import first_line, one_line, sqlite_path
 
 
-def test_existing_store_is_not_locked_or_probed_again(tmp_path):
+def test_existing_store_is_not_probed_again(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    db, lock = sqlite_path(uri), tmp_path / "mlflow.db.lock"
-    assert not has_schema(db)
+    assert not has_schema(sqlite_path(uri))
     Tracker(uri, "exp")  # a fresh store: created under the lock
-    assert has_schema(db) and lock.exists()
-    lock.unlink()
-    create_schema_once(uri)
-    assert not lock.exists()  # the second start took the cheap path
+    assert has_schema(sqlite_path(uri))
+
+    def no_mlflow(*a, **k):
+        raise AssertionError("MLflow opened the store to set it up again")
+
+    monkeypatch.setattr(tracking, "MlflowClient", no_mlflow)
+    create_schema_once(uri)  # the second start takes the cheap path
 
 
 def test_a_file_that_is_not_a_store_is_left_to_mlflow(tmp_path):
