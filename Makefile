@@ -41,7 +41,8 @@ ui: install
 		--default-artifact-root $(CURDIR)/outputs/mlartifacts --host 127.0.0.1 --port $(UI_PORT) --workers 1
 
 # Side-by-side with the Hugging Face Trainer, method overheads, length sweep (< 15 min on 2 CPU
-# cores); writes outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run.
+# cores), start-up cost; writes outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run,
+# BENCH_ARGS=--startup-only for the start-up section alone.
 bench: install
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 

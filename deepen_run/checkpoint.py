@@ -43,8 +43,8 @@ class TaskStream:
 
         self.loader, self.seed, self.consumed = loader, seed, consumed
         sampler = get_sampler(loader)
-        # RandomSampler keeps `generator`; batching.LengthGroupedSampler keeps `gen`.
-        self.gen = getattr(sampler, "generator", None) or getattr(sampler, "gen", None)
+        # RandomSampler and transformers' LengthGroupedSampler (data.length_grouped) keep `generator`.
+        self.gen = getattr(sampler, "generator", None)
 
     def __iter__(self):
         from accelerate.data_loader import skip_first_batches

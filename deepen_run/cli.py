@@ -25,13 +25,10 @@ import hydra  # noqa: E402
 
 from deepen_run.config import ROOT, register  # noqa: E402
 from deepen_run.errors import NonFiniteLoss, UserError  # noqa: E402
+from deepen_run.util import one_line  # noqa: E402
 
 register()
 _started = False  # the task function was entered: later errors are not composition errors
-
-
-def one_line(text: str) -> str:
-    return " ".join(ln.strip() for ln in str(text).splitlines() if ln.strip())
 
 
 def fail(msg: str, code: int, newline: bool = False) -> None:

@@ -1,7 +1,7 @@
 """Structured configs: the schema every YAML in conf/ is checked against.
 
 A typo'd key or a wrong type fails when Hydra composes the config, before any model loads.
-Method configs live next to their method (deepen_run/methods/<name>.py) and are registered
+Method configs live next to their method (deepen_run/methods/<name>_config.py) and are registered
 here from the registry, so adding a method never touches this file.
 """
 from __future__ import annotations
@@ -68,6 +68,9 @@ class DataConfig:
     num_workers: int = 0
 
 
+PRECISIONS = ("auto", "no", "fp16", "bf16")  # auto: bf16 on a bf16 GPU, else fp32 (deepen_run/fast.py)
+
+
 @dataclass
 class TrainConfig:
     max_steps: int = -1  # > 0 overrides num_epochs
@@ -118,9 +121,9 @@ class Config:
 
 
 def register() -> None:
-    from deepen_run.methods import METHODS
+    from deepen_run.methods import NAMES, config_of  # the light config modules: no torch
 
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
-    for name, module in METHODS.items():
-        cs.store(group="schema/method", name=name, node=module.Config)
+    for name in NAMES:
+        cs.store(group="schema/method", name=name, node=config_of(name).Config)

@@ -111,6 +111,15 @@ def load_task(spec: TaskSpec, dcfg, tokenizer, seed: int, with_train=True, with_
     return TaskData(spec, train, dev, test)
 
 
+def length_grouped(ds: datasets.Dataset, batch_size: int, gen: torch.Generator):
+    """transformers' (the Trainer's) sampler: shuffle, sort megabatches of 50 batches by length.
+    Lengths read from the column at once (the sampler's own default reads the rows one by one);
+    it keeps `generator`, which checkpoint.TaskStream re-seeds each epoch for an exact resume."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    return LengthGroupedSampler(batch_size, lengths=[len(x) for x in ds["input_ids"]], generator=gen)
+
+
 def make_loader(ds: datasets.Dataset, tokenizer, batch_size: int, shuffle: bool, seed: int,
                 group_by_length: bool = False, num_workers: int = 0) -> DataLoader:
     collate = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=None)
@@ -120,9 +129,7 @@ def make_loader(ds: datasets.Dataset, tokenizer, batch_size: int, shuffle: bool,
     ds = ds.select_columns(cols).with_format(None)
     gen = torch.Generator().manual_seed(seed)
     if group_by_length and shuffle:
-        from deepen_run.batching import LengthGroupedSampler
-
-        sampler = LengthGroupedSampler(ds, batch_size, gen)
+        sampler = length_grouped(ds, batch_size, gen)
         return DataLoader(ds, batch_size=batch_size, sampler=sampler, collate_fn=collate,
                           num_workers=num_workers)
     return DataLoader(ds, batch_size=batch_size, shuffle=shuffle, generator=gen, collate_fn=collate,

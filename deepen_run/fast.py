@@ -15,7 +15,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, TorchDynamoPlugin
 
 from deepen_run.errors import UserError
-from deepen_run.preflight import PRECISIONS
+from deepen_run.config import PRECISIONS
 
 
 def resolve_precision(value: str) -> str:

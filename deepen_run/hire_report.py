@@ -14,7 +14,7 @@ import torch
 
 from deepen_run import data as gd
 from deepen_run.figures import plt
-from deepen_run.train import batch_inputs
+from deepen_run.predict import batch_inputs
 
 
 @torch.no_grad()

@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 
 from deepen_run import tsv
+from deepen_run.config import PRECISIONS
 from deepen_run.errors import UserError
 from deepen_run.glue import TaskSpec, get_tasks
 
 POSITIVE = ("learning_rate", "batch_size", "eval_batch_size", "gradient_accumulation_steps", "log_every")
 NON_NEGATIVE = ("save_every", "eval_every", "max_grad_norm", "weight_decay")
-PRECISIONS = ("auto", "no", "fp16", "bf16")  # auto: bf16 on a bf16 GPU, else fp32 (deepen_run/fast.py)
 # transformers' SchedulerType values that get_scheduler builds from warmup and total steps alone and
 # that step without a metric (the others need extra kwargs or a loss); tests/test_bad_input.py
 # checks this list against transformers, so it is kept here without importing it.
@@ -163,10 +163,10 @@ def seq_length(cfg) -> None:
 def method_checks(cfg, tasks) -> None:
     """A method may define check(cfg) for its own options; it gets the whole config because they
     may depend on the backbone (layer indices against its depth, read from its config file)."""
-    from deepen_run.methods import METHODS
+    from deepen_run.methods import NAMES, config_of
 
-    module = METHODS.get(cfg.method.name)
-    if module is None:
-        raise UserError(f"unknown method {cfg.method.name!r}; choose from {', '.join(METHODS)}")
+    if cfg.method.name not in NAMES:
+        raise UserError(f"unknown method {cfg.method.name!r}; choose from {', '.join(NAMES)}")
+    module = config_of(cfg.method.name)
     if hasattr(module, "check"):
         module.check(cfg)

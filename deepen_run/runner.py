@@ -31,6 +31,7 @@ from deepen_run.redact import public_config
 from deepen_run.resume import current_dir
 from deepen_run.tracking import Tracker, flatten
 from deepen_run.train import evaluate, eval_metrics, optimizer_for, scheduler_for, train
+from deepen_run.util import first_line
 
 
 def run_name(cfg) -> str:
@@ -89,7 +90,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"})
         raise
     except Exception as e:
-        tracker.set_tags({"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"})
+        tracker.set_tags({"error": first_line(e, 5000)})
         raise
     finally:
         tracker.end(status)

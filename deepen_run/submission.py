@@ -8,10 +8,7 @@ the other classification tasks (our label ids already are GLUE's), and STS-B sco
 """
 from __future__ import annotations
 
-import torch
-
 from deepen_run.glue import TaskSpec
-from deepen_run.train import batch_inputs
 
 
 def label_string(spec: TaskSpec, pred) -> str:
@@ -24,28 +21,19 @@ def to_tsv(spec: TaskSpec, idx: list[int], preds: list) -> str:
     return "index\tprediction\n" + "".join(f"{i}\t{label_string(spec, p)}\n" for i, p in zip(idx, preds))
 
 
-@torch.no_grad()
-def predict(model, accelerator, loader, spec: TaskSpec) -> list:
-    """Predictions in the loader's order (the test split's order)."""
-    model.eval()
-    outs = []
-    for batch in loader:
-        logits = model(spec.name, **batch_inputs(batch))
-        p = logits.squeeze(-1).float() if spec.is_regression else logits.argmax(-1)
-        outs.append(accelerator.gather_for_metrics(p).cpu())
-    model.train()
-    return torch.cat(outs).tolist() if outs else []
-
-
 def write(model, accelerator, tracker, data: dict, tokenizer, batch_size: int, seed: int) -> dict[str, int]:
     """Predict every loaded test split and log submission/<stem>.tsv; returns rows per file."""
     from deepen_run.data import make_loader
+    from deepen_run.predict import predict
 
     rows = {}
+    was_training = model.training
+    model.eval()
     for d in data.values():
         for stem, ds in d.test.items():
             loader = accelerator.prepare(make_loader(ds, tokenizer, batch_size, False, seed))
-            preds = predict(model, accelerator, loader, d.spec)
+            preds, _ = predict(model, accelerator, loader, d.spec)
             tracker.log_text(to_tsv(d.spec, list(ds["idx"]), preds), f"submission/{stem}.tsv")
             rows[stem] = len(preds)
+    model.train(was_training)
     return rows

@@ -31,6 +31,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from deepen_run.errors import UserError
+from deepen_run.util import first_line as _one_line
 
 SWEEP_FILE = "deepen_sweep.json"
 JOBS_DIR = "deepen_jobs"
@@ -69,11 +70,6 @@ def sweep_params(config) -> dict[str, str]:
     out["sweep.overrides"] = " ".join(task)
     out["sweep.hydra_overrides"] = " ".join(str(o) for o in config.hydra.overrides.hydra)
     return out
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import tempfile
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,6 +20,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from deepen_run.errors import UserError
+from deepen_run.util import first_line, sqlite_path
 
 STATUS = ("FINISHED", "FAILED", "KILLED")
 
@@ -36,33 +38,53 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 def _artifact_root(uri: str) -> Optional[str]:
     """For a local SQLite store, artifacts live in mlartifacts/ next to the database file."""
-    if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
-        return (db.parent / "mlartifacts").resolve().as_uri()
-    return None
+    db = sqlite_path(uri)
+    return (db.parent / "mlartifacts").resolve().as_uri() if db else None
 
 
 def prepare_store(uri: str) -> None:
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite_path(uri)
+    if db:
+        db.parent.mkdir(parents=True, exist_ok=True)
+
+
+def has_schema(db: Path) -> bool:
+    """The file is a SQLite database MLflow has already set up (its alembic version table exists).
+    A read-only look with the standard library (create_schema_once holds the lock around it)."""
+    import sqlite3
+
+    if not db.is_file():
+        return False
+    try:
+        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=20)) as con:
+            return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='alembic_version'"
+                               ).fetchone() is not None
+    except sqlite3.Error:
+        return False  # not a database (yet): let MLflow create it, or say what is wrong
 
 
 def create_schema_once(uri: str) -> None:
-    """Create (or check) a SQLite store's schema under a file lock.
+    """Create (or check) a SQLite store's schema under a file lock, once per database file.
 
     Several processes opening a fresh database at the same moment each run MLflow's alembic
     migrations and fail ("duplicate column", "table _alembic_tmp_params already exists"); the
     lock makes the first one create the schema while the others wait. Later writes from
     parallel jobs are safe on their own: MLflow sets SQLite's busy_timeout (20 s) on every session.
+    A store that already has its schema gets no MLflow probe (seconds), only the lock (a syscall)
+    and a read-only sqlite3 look (milliseconds); the look needs the lock, since alembic writes its
+    version table at the first of its many migration steps. MLflow's client still checks the schema
+    version when it opens the store.
     """
-    if not uri.startswith("sqlite:///"):
+    db = sqlite_path(uri)
+    if db is None:
         return
     import fcntl
 
-    with open(f"{uri[len('sqlite:///'):]}.lock", "a") as lock:
+    with open(f"{db}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+            if not has_schema(db):
+                MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -112,7 +134,7 @@ class Tracker:
         try:
             self.experiment_id = get_experiment_id(self.client, self.uri, self.experiment)
         except Exception as e:  # noqa: BLE001 (any failure here means: no store)
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            first = first_line(e, 200)
             raise UserError(f"tracking.uri={self.uri} is not reachable ({first}); start the server "
                             "or use the default local store") from e
         finally:
@@ -150,9 +172,8 @@ class Tracker:
     def log_params(self, params: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
-        for i in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[i:i + 100])
+        # MlflowClient.log_batch splits into the server's batch limits (100 params, 1000 metrics) itself.
+        self.client.log_batch(self.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled or not metrics:
@@ -161,8 +182,8 @@ class Tracker:
 
         ts = int(time.time() * 1000)
         items = [Metric(k, float(v), ts, step) for k, v in metrics.items() if step not in self.logged.get(k, ())]
-        for i in range(0, len(items), 1000):
-            self.client.log_batch(self.run_id, metrics=items[i:i + 1000])
+        if items:
+            self.client.log_batch(self.run_id, metrics=items)
 
     def set_tags(self, tags: dict[str, str]) -> None:
         if self.enabled:
@@ -220,7 +241,8 @@ def find_runs(uri: str, experiment: str, tags: Optional[dict[str, str]] = None,
               status: Optional[str] = None) -> list[dict[str, Any]]:
     """Runs of an experiment whose tags equal `tags`, as plain dicts (run_id, name, status,
     tags, params, metrics), oldest first. The report and the sweep read MLflow only through this."""
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+    db = sqlite_path(uri)
+    if db and not db.is_file():
         raise UserError(f"no MLflow database at {uri}; pass the tracking URI the runs were logged to")
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment)

@@ -16,6 +16,7 @@ from deepen_run import metrics as glue_metrics
 from deepen_run.errors import NonFiniteLoss
 from deepen_run.fast import fused_adamw_ok
 from deepen_run.model import task_loss
+from deepen_run.predict import batch_inputs, predict
 
 
 def optimizer_for(model: torch.nn.Module, tcfg, device_type: str) -> torch.optim.Optimizer:
@@ -45,10 +46,6 @@ def forever(loader) -> Iterator[dict]:
         yield from loader
 
 
-def batch_inputs(batch: dict) -> dict:
-    return {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
-
-
 @torch.no_grad()
 def evaluate(model, accelerator, dev_loaders: dict, specs: dict) -> tuple[dict, dict]:
     """dev_loaders: eval name -> loader; specs: eval name -> TaskSpec.
@@ -58,16 +55,8 @@ def evaluate(model, accelerator, dev_loaders: dict, specs: dict) -> tuple[dict, 
     model.eval()
     results, preds = {}, {}
     for name, loader in dev_loaders.items():
-        spec = specs[name]
-        outs, refs = [], []
-        for batch in loader:
-            logits = model(spec.name, **batch_inputs(batch))
-            p = logits.squeeze(-1).float() if spec.is_regression else logits.argmax(-1)
-            p, r = accelerator.gather_for_metrics((p, batch["labels"]))
-            outs.append(p.cpu())
-            refs.append(r.cpu())
-        preds[name] = torch.cat(outs).tolist()
-        results[name] = glue_metrics.compute(name, preds[name], torch.cat(refs).tolist())
+        preds[name], refs = predict(model, accelerator, loader, specs[name], labels=True)
+        results[name] = glue_metrics.compute(name, preds[name], refs)
     model.train()
     return results, preds
 

@@ -7,13 +7,18 @@ learning rate and schedule. Prints Markdown tables and writes outputs/bench/benc
    padded to 128 as run_glue.py does, and a bare forward/backward/AdamW loop (the ceiling);
    the ratios; dev accuracy of each after the same steps; peak memory growth;
 2. step time of every registered method (hire, pals, duplicate with k = 1, 2, 4 layers) vs baseline;
-3. step time vs sequence length (32, 64, 128, 256).
+3. step time vs sequence length (32, 64, 128, 256);
+4. start-up: whole-process time of a dry run and of a rejected override, as ratios to
+   `python -c "import torch"` (scripts/bench_startup.py).
 Contenders take turns in chunks of steps (scripts/bench_race.py) and reports are medians over
 chunks, so a noisy shared machine yields fair ratios (absolute numbers move with the load).
 
     python scripts/bench.py                 # the defaults `make bench` uses (MiniLM, SST-2)
     python scripts/bench.py --quick         # smoke run, a minute or two
     python scripts/bench.py --backbone bert_base --steps 200
+    python scripts/bench.py --startup-only  # just the start-up section
+    python scripts/bench.py --methods-only --method-batches full --method-override method.gru_layers=3
+                                            # method step times alone (HIRE's worst case: no padding)
 """
 from __future__ import annotations
 
@@ -33,16 +38,17 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 import bench_contenders as bc  # noqa: E402
 import bench_report  # noqa: E402
+import bench_startup  # noqa: E402
 from bench_race import Baton, Lap, Memory, median, run_threads, sync  # noqa: E402
 from deepen_run import backbone as bb  # noqa: E402
 from deepen_run import data as gd  # noqa: E402
 from deepen_run import tsv  # noqa: E402
-from deepen_run.batching import LengthGroupedSampler  # noqa: E402
 from deepen_run.config import ROOT, register  # noqa: E402
 from deepen_run.fast import resolve_precision  # noqa: E402
 from deepen_run.glue import get_tasks  # noqa: E402
 from deepen_run.methods import METHODS  # noqa: E402
 from deepen_run.model import count  # noqa: E402
+from deepen_run.util import first_line  # noqa: E402
 
 RACE = ("deepen-run", "trainer", "trainer-pad128", "bare")
 
@@ -65,9 +71,17 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--out", default=str(ROOT / "outputs" / "bench"))
     p.add_argument("--quick", action="store_true", help="smoke run: few steps, short table")
+    p.add_argument("--startup-only", action="store_true", help="only the start-up section")
+    p.add_argument("--startup-rounds", type=int, default=3, help="interleaved start-up rounds after a warm-up")
+    p.add_argument("--methods-only", action="store_true", help="only the method step-time table")
+    p.add_argument("--method-batches", choices=("sst2", "full"), default="sst2",
+                   help="method table batches: real examples, dynamically padded (sst2) or every token real (full)")
+    p.add_argument("--method-override", nargs="*", default=[], help="Hydra overrides for every method model")
     a = p.parse_args(argv)
     if a.quick:
         a.steps, a.chunk, a.method_steps, a.rounds, a.lengths, a.max_eval = 8, 4, 1, 2, [32, 64], a.max_eval or 128
+    if a.startup_only and a.methods_only:
+        p.error("--startup-only and --methods-only exclude each other")
     if a.steps % a.chunk or a.steps // a.chunk < 2:
         p.error("--steps must be a multiple of --chunk, at least two chunks")
     return a
@@ -85,7 +99,7 @@ def compose_cfg(a, *extra: str):
 def example_order(train, a) -> list[int]:
     gen = torch.Generator().manual_seed(a.seed)
     if a.group_by_length:
-        return list(LengthGroupedSampler(train, a.batch_size, gen))
+        return list(gd.length_grouped(train, a.batch_size, gen))
     return torch.randperm(len(train), generator=gen).tolist()
 
 
@@ -157,16 +171,19 @@ def method_table(a, cfg, spec, tok, ordered, device) -> dict:
     precision = resolve_precision(cfg.train.mixed_precision)
     for label, (name, extra) in variants.items():
         try:
-            mcfg = compose_cfg(a, f"method={name}", *extra)
+            mcfg = compose_cfg(a, f"method={name}", *extra, *(a.method_override if name != "baseline" else []))
             torch.manual_seed(a.seed)
             model = METHODS[name].build(bb.load_model(mcfg.backbone), mcfg.method, [spec])
         except Exception as e:  # noqa: BLE001 (a method mid-development must not sink the bench)
-            skipped[label] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
+            skipped[label] = first_line(e, 200)
             continue
         st = bc.Stepper(model, mcfg.train, device, precision)
         steppers[label] = lambda b, st=st: st.step(spec.name, b, spec.is_regression)
         info[label] = {"params_total": count(model), "params_trainable": count(model, True)}
-    batches = bc.device_batches(tok, ordered, a.batch_size, a.seed, device)[:a.method_steps]
+    if a.method_batches == "full":
+        batches = bc.full_batches(a.batch_size, a.max_len, a.method_steps, device, a.seed)
+    else:
+        batches = bc.device_batches(tok, ordered, a.batch_size, a.seed, device)[:a.method_steps]
     res = rounds(a, steppers, lambda n: batches, device)
     base = res.get("baseline")
     for n, r in res.items():
@@ -199,6 +216,23 @@ def in_worker(fn):
 def main(argv=None) -> dict:
     a = parse(argv)
     t_start, load0 = time.time(), os.getloadavg()
+    report = {"settings": vars(a)}
+    if not a.methods_only:  # first, before this process's threads load the machine
+        print("bench: start-up rounds", flush=True)
+        report["startup"] = bench_startup.measure(a.startup_rounds)
+    if not a.startup_only:
+        training(a, report)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    report["env"] = bench_report.environment(device, load0, time.time() - t_start)
+    report["targets"] = bench_report.targets(report)
+    md = bench_report.markdown(report)
+    print(md)
+    bench_report.save(report, md, Path(a.out))
+    return report
+
+
+def training(a, report: dict) -> None:
+    """The race, the method table and the length table, into `report`."""
     cfg = compose_cfg(a)
     (spec,) = get_tasks(list(cfg.task.names))
     if spec.is_regression or len(spec.eval_names) != 1:
@@ -219,19 +253,15 @@ def main(argv=None) -> dict:
     tmp = tempfile.mkdtemp(prefix="deepen-bench-")
     print(f"bench: {a.backbone} on {spec.name}, {a.steps} steps x {a.batch_size}, device {device}, "
           f"{torch.get_num_threads()} threads", flush=True)
-    report = {"settings": vars(a), "race": race(a, cfg, spec, tok, ordered, dev, init_state, device, tmp)}
-    print("bench: race done", flush=True)
+    if not a.methods_only:
+        report["race"] = race(a, cfg, spec, tok, ordered, dev, init_state, device, tmp)
+        print("bench: race done", flush=True)
     # Same kind of thread as the race: torch's CPU thread pool behaves differently in the main
     # thread (much slower per small op when the cores are oversubscribed), so mixing would skew.
     report.update(in_worker(lambda: method_table(a, cfg, spec, tok, ordered, device)))
     print("bench: methods done", flush=True)
-    report["lengths"] = in_worker(lambda: length_table(a, cfg, spec, tok, ordered, init_state, device))
-    report["env"] = bench_report.environment(device, load0, time.time() - t_start)
-    report["targets"] = bench_report.targets(report)
-    md = bench_report.markdown(report)
-    print(md)
-    bench_report.save(report, md, Path(a.out))
-    return report
+    if not a.methods_only:
+        report["lengths"] = in_worker(lambda: length_table(a, cfg, spec, tok, ordered, init_state, device))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ from deepen_run.methods import METHODS
 from deepen_run.model import task_loss
 from deepen_run.sampling import TaskSampler
 from deepen_run.tracking import Tracker
-from deepen_run.train import batch_inputs, eval_metrics, evaluate, optimizer_for, scheduler_for, train
+from deepen_run.predict import batch_inputs
+from deepen_run.train import eval_metrics, evaluate, optimizer_for, scheduler_for, train
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -180,6 +181,16 @@ def fixed_length_batches(tok, ds, batch_size, length, n, device) -> list[dict]:
         enc["labels"] = torch.tensor(rows["label"])
         out.append({k: v.to(device) for k, v in enc.items()})
     return out
+
+
+def full_batches(batch_size, length, n, device, seed: int = 0) -> list[dict]:
+    """n batches of random token ids with every token real (no padding): HIRE's worst case, as its
+    GRUs run over real tokens only while a padded batch lets them stop early."""
+    g = torch.Generator().manual_seed(seed)
+    out = [{"input_ids": torch.randint(1000, 20000, (batch_size, length), generator=g),
+            "attention_mask": torch.ones(batch_size, length, dtype=torch.long),
+            "labels": torch.randint(0, 2, (batch_size,), generator=g)} for _ in range(n)]
+    return [{k: v.to(device) for k, v in b.items()} for b in out]
 
 
 def fresh_copy(state: dict) -> dict:

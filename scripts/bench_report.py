@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 import transformers
 
+import bench_startup
+
 # The issue's acceptance targets (issue 7).
 SPEED_VS_TRAINER, SPEED_VS_PAD128, EFFICIENCY, ACC_POINTS = 1.0, 2.0, 0.9, 1.0
 METHOD_LIMITS = {"hire": 2.0, "pals": 1.25}
@@ -22,9 +24,21 @@ def environment(device, load0, wall_s: float) -> dict:
 
 
 def targets(r: dict) -> list[dict]:
-    race = r["race"]
+    """The rows of whatever sections ran (--startup-only / --methods-only run one)."""
+    out = bench_startup.targets(r["startup"]) if "startup" in r else []
+    rows = race_targets(r["race"]) if "race" in r else []
+    for name, limit in METHOD_LIMITS.items() if "methods" in r else ():
+        m = r["methods"].get(name)
+        if m and "x_baseline" in m:
+            rows.append((f"{name} step time / baseline", m["x_baseline"], f"<= {limit}", m["x_baseline"] <= limit))
+        else:
+            rows.append((f"{name} step time / baseline", float("nan"), f"<= {limit}", None))
+    return out + [{"target": t, "measured": v, "wanted": w, "met": ok} for t, v, w, ok in rows]
+
+
+def race_targets(race: dict) -> list[tuple]:
     dr = race["deepen-run"]
-    rows = [
+    return [
         ("examples/s vs Trainer (same batches)", race["trainer"]["deepen_run_speedup"], f">= {SPEED_VS_TRAINER}",
          race["trainer"]["deepen_run_speedup"] >= SPEED_VS_TRAINER),
         ("examples/s vs Trainer padded to 128", race["trainer-pad128"]["deepen_run_speedup"], f">= {SPEED_VS_PAD128}",
@@ -34,13 +48,6 @@ def targets(r: dict) -> list[dict]:
         ("|dev accuracy - Trainer's| (points)", 100 * abs(dr["dev_accuracy"] - race["trainer"]["dev_accuracy"]),
          f"<= {ACC_POINTS}", 100 * abs(dr["dev_accuracy"] - race["trainer"]["dev_accuracy"]) <= ACC_POINTS),
     ]
-    for name, limit in METHOD_LIMITS.items():
-        m = r["methods"].get(name)
-        if m and "x_baseline" in m:
-            rows.append((f"{name} step time / baseline", m["x_baseline"], f"<= {limit}", m["x_baseline"] <= limit))
-        else:
-            rows.append((f"{name} step time / baseline", float("nan"), f"<= {limit}", None))
-    return [{"target": t, "measured": v, "wanted": w, "met": ok} for t, v, w, ok in rows]
 
 
 def _table(head: list[str], rows: list[list]) -> str:
@@ -52,7 +59,38 @@ def _table(head: list[str], rows: list[list]) -> str:
 
 
 def markdown(r: dict) -> str:
-    s, race, env = r["settings"], r["race"], r["env"]
+    s, env = r["settings"], r["env"]
+    out = []
+    if "race" in r:
+        out += race_markdown(s, r["race"], env)
+    out += ["### Targets", ""]
+    out.append(_table(["target", "measured", "wanted", "met"],
+                      [[t["target"], t["measured"], t["wanted"], {True: "yes", False: "NO", None: "n/a"}[t["met"]]]
+                       for t in r["targets"]]))
+    if "methods" in r:
+        out += ["", f"### Method step time ({s['method_steps']} steps x {s['rounds'] - 1} rounds, batch "
+                f"{s['batch_size']}, {'every token real' if s['method_batches'] == 'full' else 'real examples'})", ""]
+        rows = [[n, m["step_ms"], m.get("x_baseline", float("nan")), m["peak_mem_mb"], f"{m['params_total']:,}",
+                 f"{m['params_trainable']:,}"] for n, m in r["methods"].items()]
+        out.append(_table(["method", "ms/step", "x baseline", "peak mem MB", "params", "trainable"], rows))
+        if r.get("skipped"):
+            out += [""] + [f"- skipped {n}: {why}" for n, why in r["skipped"].items()]
+    if "lengths" in r:
+        out += ["", "### Step time vs sequence length (baseline, every example padded to the length)", ""]
+        rows = [[n, m["step_ms"], m["examples_per_s"], m["x_shortest"], m["peak_mem_mb"]]
+                for n, m in r["lengths"].items()]
+        out.append(_table(["length", "ms/step", "examples/s", "x shortest", "peak mem MB"], rows))
+        out += ["", "Peak memory: growth of the process's peak RSS (CPU) or of torch.cuda.max_memory_allocated "
+                "(GPU) during a contender's chunks over what was resident at the chunk's start (weights): "
+                "gradients, optimizer state, activations, batches."]
+    if "startup" in r:
+        out += ["", bench_startup.markdown(r["startup"])]
+    out += [f"torch {env['torch']}, transformers {env['transformers']}, load average {env['loadavg_start'][0]:.1f} "
+            f"-> {env['loadavg_end'][0]:.1f}, bench wall time {env['wall_s']:.0f} s."]
+    return "\n".join(out) + "\n"
+
+
+def race_markdown(s: dict, race: dict, env: dict) -> list[str]:
     pad = race["padding"]
     out = [f"### Throughput: {s['backbone']} on {s['task']}, {s['steps']} steps x batch {s['batch_size']}, "
            f"lr {s['lr']}, {env['device']}, {env['threads']} threads",
@@ -70,26 +108,7 @@ def markdown(r: dict) -> str:
         rows.append([n, c["examples_per_s"], c["tokens_per_s"], c["step_ms"], speed, acc, c["peak_mem_mb"]])
     out.append(_table(["contender", "examples/s", "tokens/s", "ms/step", "deepen-run speed-up (bare: efficiency)",
                        "dev acc %", "peak mem MB"], rows))
-    out += ["", "### Targets", ""]
-    out.append(_table(["target", "measured", "wanted", "met"],
-                      [[t["target"], t["measured"], t["wanted"], {True: "yes", False: "NO", None: "n/a"}[t["met"]]]
-                       for t in r["targets"]]))
-    out += ["", f"### Method step time ({s['method_steps']} steps x {s['rounds'] - 1} rounds, batch {s['batch_size']})",
-            ""]
-    rows = [[n, m["step_ms"], m.get("x_baseline", float("nan")), m["peak_mem_mb"], f"{m['params_total']:,}",
-             f"{m['params_trainable']:,}"] for n, m in r["methods"].items()]
-    out.append(_table(["method", "ms/step", "x baseline", "peak mem MB", "params", "trainable"], rows))
-    if r.get("skipped"):
-        out += [""] + [f"- skipped {n}: {why}" for n, why in r["skipped"].items()]
-    out += ["", "### Step time vs sequence length (baseline, every example padded to the length)", ""]
-    rows = [[n, m["step_ms"], m["examples_per_s"], m["x_shortest"], m["peak_mem_mb"]] for n, m in r["lengths"].items()]
-    out.append(_table(["length", "ms/step", "examples/s", "x shortest", "peak mem MB"], rows))
-    out += ["", "Peak memory: growth of the process's peak RSS (CPU) or of torch.cuda.max_memory_allocated (GPU) "
-            "during a contender's chunks over what was resident at the chunk's start (weights): gradients, "
-            "optimizer state, activations, batches.",
-            f"torch {env['torch']}, transformers {env['transformers']}, load average {env['loadavg_start'][0]:.1f} "
-            f"-> {env['loadavg_end'][0]:.1f}, bench wall time {env['wall_s']:.0f} s."]
-    return "\n".join(out) + "\n"
+    return out + [""]
 
 
 def save(r: dict, md: str, out: Path) -> None:

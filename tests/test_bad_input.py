@@ -17,6 +17,7 @@ from deepen_run.config import ROOT
 from deepen_run.methods import METHODS
 
 ROOT_USER = os.geteuid() == 0
+pytestmark = pytest.mark.subprocess  # each case runs the CLI
 
 
 def needs(method: str):

@@ -122,6 +122,8 @@ def test_invalid_indices_fail_in_the_cheap_checks(glue_dir):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_minilm_run_records_depth_and_cosine(glue_dir, mlflow_uri):
     r = cli("method=duplicate", "method.layers=[2]", "task=sst2", "backbone=minilm", f"data.glue_dir={glue_dir}",
             "data.max_train_samples=32", "data.max_eval_samples=32", "method.cosine_samples=32",

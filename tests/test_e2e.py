@@ -6,7 +6,7 @@ import pytest
 
 from conftest import cli, runs_of
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_sst2_learns_and_is_recorded(glue_dir, mlflow_uri):

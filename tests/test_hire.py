@@ -165,6 +165,8 @@ def test_too_shallow_backbone_fails_at_build():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_minilm_run_records_importances(glue_dir, mlflow_uri):
     r = cli("method=hire", "task.names=[sst2,rte]", "backbone=minilm", f"data.glue_dir={glue_dir}",
             "data.max_train_samples=64", "data.max_eval_samples=24", "data.max_seq_length=48", "train.max_steps=2",

@@ -40,6 +40,8 @@ def test_mixed_precision_auto_is_fp32_on_cpu_and_typos_fail(glue_dir):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_two_cpu_processes_make_one_run(glue_dir, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),

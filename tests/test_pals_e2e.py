@@ -8,7 +8,7 @@ import pytest
 from conftest import cli, runs_of
 from deepen_run.methods.pals import pal_params_per_task
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.subprocess]
 
 TASKS = ["sst2", "mrpc", "rte", "stsb"]
 

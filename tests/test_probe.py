@@ -131,6 +131,8 @@ def test_bad_probe_settings_fail_with_one_line(glue_dir, mlflow_uri):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_deepen_probe_on_minilm(glue_dir, mlflow_uri):
     exe = Path(sys.executable).with_name("deepen-probe")
     res = subprocess.run([str(exe), "backbone=minilm", "task=sst2", f"data.glue_dir={glue_dir}", "probe.samples=32",

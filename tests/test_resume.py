@@ -16,7 +16,7 @@ from conftest import cli, runs_of
 from deepen_run.lifecycle import reap_orphans
 from deepen_run.tracking import Tracker
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.subprocess]
 
 # 32 batches an epoch, so 120 steps cross three epoch boundaries (re-shuffles) and the resume
 # point (step 20 or later) falls mid-epoch; dropout is on, so RNG state must come back too.

@@ -1,7 +1,6 @@
 """A real `mlflow server` as the store: a sweep whose first job has bad input and whose second writes
 GLUE test-server files. Checks the HTTP store, a failing job, and submissions in one sweep (each
 CLI process costs seconds here)."""
-import os
 import socket
 import subprocess
 import sys
@@ -12,11 +11,6 @@ from pathlib import Path
 import pytest
 
 from conftest import cli, runs_of
-from deepen_run import submission
-from deepen_run.errors import UserError
-from deepen_run.glue import TASKS
-from deepen_run.runner import check
-from conftest import make_cfg
 
 
 @pytest.fixture
@@ -45,6 +39,8 @@ def mlflow_server(tmp_path):
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sweep_on_a_tracking_server_with_a_failing_job_and_a_submission(glue_dir, mlflow_server, tmp_path):
     r = cli("-m", "data.max_train_samples=0,32", "predict=true", "task=sst2", "backbone=tiny", "train.max_steps=2",
             "train.batch_size=8", "data.max_eval_samples=32", "data.max_seq_length=32", f"data.glue_dir={glue_dir}",
@@ -67,22 +63,3 @@ def test_sweep_on_a_tracking_server_with_a_failing_job_and_a_submission(glue_dir
     assert rows[0] == "index\tprediction" and len(rows) == 1 + 1821
     assert [int(x.split("\t")[0]) for x in rows[1:]] == list(range(1821))
     assert {x.split("\t")[1] for x in rows[1:]} <= {"0", "1"}
-
-
-def test_submission_rows_use_glue_label_strings():
-    assert submission.to_tsv(TASKS["rte"], [5, 7], [0, 1]) == "index\tprediction\n5\tentailment\n7\tnot_entailment\n"
-    assert submission.to_tsv(TASKS["mnli"], [0], [2]).endswith("0\tcontradiction\n")
-    assert submission.to_tsv(TASKS["qnli"], [0], [1]).endswith("0\tnot_entailment\n")
-    assert submission.to_tsv(TASKS["wnli"], [0], [1]).endswith("0\t1\n")
-    assert submission.to_tsv(TASKS["stsb"], [0, 1, 2], [-0.4, 2.34567, 5.2]).splitlines()[1:] == \
-        ["0\t0.000", "1\t2.346", "2\t5.000"]
-
-
-def test_predict_without_a_test_file_fails_before_loading(tmp_path, glue_dir):
-    (tmp_path / "RTE").mkdir()
-    for f in ("train.tsv", "dev.tsv"):
-        os.symlink(Path(glue_dir) / "RTE" / f, tmp_path / "RTE" / f)
-    cfg = make_cfg("task=rte", "backbone=tiny", "predict=true", f"data.glue_dir={tmp_path}")
-    with pytest.raises(UserError, match=r"predict=true: .*RTE/test.tsv is missing"):
-        check(cfg)
-    check(make_cfg("task=rte", "backbone=tiny", f"data.glue_dir={tmp_path}"))  # fine without predict

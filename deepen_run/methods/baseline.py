@@ -1,15 +1,8 @@
 """Plain fine-tuning: the backbone, a pooled sentence vector and one linear head per task."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from deepen_run.methods.baseline_config import Config  # noqa: F401 (the method's contract)
 from deepen_run.model import EncoderClassifier
-
-
-@dataclass
-class Config:
-    name: str = "baseline"
-    pooling: str = "pooler"  # pooler (BERT's pretrained pooler, else cls) | cls | mean | max
 
 
 def build(backbone, cfg: Config, tasks):

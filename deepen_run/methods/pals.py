@@ -17,7 +17,6 @@ backbone runs as plain BERT.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -25,18 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from deepen_run.errors import UserError
+from deepen_run.methods.pals_config import Config  # noqa: F401 (the method's contract)
 from deepen_run.model import EncoderClassifier
-
-
-@dataclass
-class Config:
-    name: str = "pals"
-    hidden_size_aug: int = 204  # d_s; the paper's value for BERT-base
-    num_heads: int = 6  # heads of the per-layer attention in the d_s space
-    attention_dropout: float = 0.1
-    init_std: float = 0.02
-    freeze_backbone: bool = False  # the paper fine-tunes everything; true = only PALs + heads train
-    pooling: str = "pooler"  # the shared pretrained pooler (as the paper), else cls | mean | max
 
 
 class ProjectedAttention(nn.Module):

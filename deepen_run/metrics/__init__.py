@@ -5,13 +5,13 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-import evaluate
-
 MODULE = str(Path(__file__).with_name("glue_metric.py"))
 
 
 @lru_cache(maxsize=None)
 def load(eval_name: str):
+    import evaluate  # seconds to import: only when a run evaluates, not for every start
+
     return evaluate.load(MODULE, config_name=eval_name)
 
 

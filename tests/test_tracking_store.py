@@ -1,0 +1,70 @@
+"""The local MLflow store: set up once, batches of any size, the shared small helpers."""
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import runs_of
+
+from deepen_run import tracking
+from deepen_run.tracking import Tracker, create_schema_once, has_schema
+from deepen_run.util import first_line, one_line, sqlite_path
+
+
+def test_existing_store_is_not_probed_again(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert not has_schema(sqlite_path(uri))
+    Tracker(uri, "exp")  # a fresh store: created under the lock
+    assert has_schema(sqlite_path(uri))
+
+    def no_mlflow(*a, **k):
+        raise AssertionError("MLflow opened the store to set it up again")
+
+    monkeypatch.setattr(tracking, "MlflowClient", no_mlflow)
+    create_schema_once(uri)  # the second start takes the cheap path
+
+
+def test_a_file_that_is_not_a_store_is_left_to_mlflow(tmp_path):
+    (tmp_path / "junk.db").write_text("not sqlite")
+    assert not has_schema(tmp_path / "junk.db")
+    assert sqlite_path("http://127.0.0.1:5000") is None
+
+
+def test_more_params_and_metrics_than_one_mlflow_batch(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracker = Tracker(uri, "exp")
+    run_id = tracker.start("r", {})
+    tracker.log_params({f"p{i}": i for i in range(250)})  # MLflow's limit: 100 params a batch
+    tracker.log_metrics({f"m{i}": float(i) for i in range(2500)}, step=3)  # and 1000 metrics
+    data = MlflowClient(uri).get_run(run_id).data
+    assert len(data.params) == 250 and data.params["p249"] == "249"
+    assert len(data.metrics) == 2500 and data.metrics["m2499"] == 2499.0
+
+
+def test_error_lines():
+    assert one_line("a\n  b\n\nc ") == "a b c"
+    assert first_line(ValueError("first\nsecond")) == "ValueError: first"
+    assert first_line(KeyError()) == "KeyError: "
+    assert len(first_line(RuntimeError("x" * 999), 50)) == 50
+
+
+def _open_store(uri, experiment):
+    t = Tracker(uri, experiment)
+    t.start("r", {})
+    t.end()
+
+
+@pytest.mark.subprocess
+def test_processes_opening_a_fresh_sqlite_store_at_once_do_not_race(tmp_path):
+    # Without the schema lock, concurrent alembic migrations fail ("duplicate column name").
+    import multiprocessing as mp
+
+    uri = f"sqlite:///{tmp_path}/fresh.db"
+    procs = [mp.get_context("fork").Process(target=_open_store, args=(uri, "race")) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    _, runs = runs_of(uri, "race")
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
