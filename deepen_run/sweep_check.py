@@ -64,12 +64,11 @@ def check_jobs(config) -> Optional[int]:
     if jobs is None:
         return None
     from hydra import compose
-    from hydra.core.hydra_config import HydraConfig
 
     from deepen_run.preflight import check, numbers
     from deepen_run.resume import _plain
 
-    name = HydraConfig.get().job.config_name
+    name = config.hydra.job.config_name
     seen: set[str] = set()
     for k, job in enumerate(jobs):
         which = f"sweep job {k + 1} of {len(jobs)} ({' '.join(_swept(job, jobs))})"
