@@ -70,6 +70,44 @@ def latest(home: Path) -> Optional[Path]:
     return found[-1][1] if found else None
 
 
+def damage(ckpt: Path) -> Optional[str]:
+    """Why this checkpoint cannot be loaded, or None if it looks whole. Cheap (headers and sizes,
+    no tensor read), so a resume checks before Accelerate loads it and crashes half-way."""
+    names = {p.name for p in ckpt.iterdir()} if ckpt.is_dir() else set()
+    weights = sorted(n for n in names if n.endswith(".safetensors"))
+    if not weights:
+        return "model.safetensors is missing"
+    for need in ("optimizer.bin", "scheduler.bin"):
+        if need not in names or (ckpt / need).stat().st_size == 0:
+            return f"{need} is missing or empty"
+    for name in weights:
+        f = ckpt / name
+        size = f.stat().st_size
+        try:
+            with open(f, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                if size < 8 + n:
+                    raise ValueError
+                header = json.loads(fh.read(n))
+            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError):
+            return f"{name} has no readable safetensors header"
+        if size != 8 + n + end:
+            return f"{name} is truncated ({size} bytes, {8 + n + end} expected)"
+    return None
+
+
+def usable(home: Path, report=None) -> Optional[Path]:
+    """The latest whole checkpoint of a run dir; each damaged later one is passed to report(line)."""
+    for _, ckpt in reversed(steps_of(home)):
+        why = damage(ckpt)
+        if why is None:
+            return ckpt
+        if report is not None:
+            report(f"checkpoint {ckpt} is damaged ({why}); trying the one before")
+    return None
+
+
 def read_run_file(home: Path) -> dict:
     f = home / RUN_FILE
     return json.loads(f.read_text()) if f.is_file() else {}
@@ -179,4 +217,4 @@ class Checkpointer:
             self.save(self.step)
 
 
-__all__ = ["Checkpointer", "Interrupted", "TaskStream", "latest", "read_run_file", "write_run_file"]
+__all__ = ["Checkpointer", "Interrupted", "TaskStream", "latest", "read_run_file", "usable", "write_run_file"]

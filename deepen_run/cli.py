@@ -8,7 +8,9 @@
   already made the dir and .hydra/ by the time the task function runs, so they are removed again.
 - In a sweep, a failing job is recorded (FAILED child) and returns NaN so the other jobs go on
   (deepen_run/sweep.py).
-- Ctrl-C / SIGTERM: the run ends KILLED with a checkpoint; exit code 128 + signal number.
+- Ctrl-C / SIGTERM / SIGUSR1 / SIGUSR2: the run ends KILLED with a checkpoint; exit code 128 +
+  signal number (a sweep too: every job and the parent end KILLED).
+- One run dir holds one run: the run's dir is locked for its life (lifecycle.run_dir_lock).
 """
 from __future__ import annotations
 
@@ -45,13 +47,14 @@ def _log_only(msg: str) -> None:
             h.handle(rec)
 
 
-def _clean_failed_attempt() -> None:
+def _clean_failed_attempt(e: BaseException) -> None:
     from deepen_run.checkpoint import RUN_FILE
+    from deepen_run.lifecycle import DirInUse
     from deepen_run.resume import current_dir
 
     here = current_dir()
-    if here is None or (here / RUN_FILE).exists():
-        return  # an MLflow run exists: its dir is that run's record
+    if here is None or (here / RUN_FILE).exists() or isinstance(e, DirInUse):
+        return  # an MLflow run exists, or another live run owns the dir: its files are not ours
     for p in here.iterdir():
         if p.suffix != ".log":
             shutil.rmtree(p) if p.is_dir() else p.unlink()
@@ -91,27 +94,33 @@ def _hydra_main(cfg) -> float:
         return checked_run(cfg)
     except UserError as e:
         _log_only(one_line(e))
-        _clean_failed_attempt()
+        _clean_failed_attempt(e)
         fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss))
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", 2)
         print(f"\ndeepen-run: stopped by {Interrupted(signum)}; the run is KILLED, its last checkpoint kept "
-              "(continue with resume=true)", file=sys.stderr)
+              "(continue with resume=auto)", file=sys.stderr)
         sys.exit(128 + signum)
 
 
 def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
     """Resume lookup, pre-flight, signal handling, then the run itself."""
     from deepen_run import resume
-    from deepen_run.lifecycle import GUARD
+    from contextlib import nullcontext
+
+    from deepen_run.lifecycle import GUARD, run_dir_lock
     from deepen_run.preflight import check
 
     cfg, home = resume.resolve(cfg)
-    tasks = check(cfg)
-    GUARD.install()
-    from deepen_run.runner import run
+    folder = home or resume.current_dir()
+    # Only rank 0 owns the run dir; the other ranks of a multi-process run share its home.
+    holding = run_dir_lock(folder) if folder is not None and os.environ.get("RANK", "0") == "0" else nullcontext()
+    with holding:
+        tasks = check(cfg)
+        GUARD.install()
+        from deepen_run.runner import run
 
-    return run(cfg, tasks, home, tags=tags)
+        return run(cfg, tasks, home, tags=tags)
 
 
 def main() -> None:
@@ -121,7 +130,15 @@ def main() -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        _hydra_main()
+        try:
+            _hydra_main()
+        except BaseException as e:
+            from deepen_run.sweep import interrupted_sweep
+
+            signum = interrupted_sweep(e)
+            if signum is None:
+                raise
+            sys.exit(128 + signum)  # the sweep's parent and every job are KILLED (sweep._close)
     except (HydraException, OmegaConfBaseException) as e:
         if _started:
             raise

@@ -1,8 +1,9 @@
 """A run's life: signals that end it KILLED at a clean step, what it records about where it ran,
 and runs that a dead process left RUNNING.
 
-SIGINT (Ctrl-C) and SIGTERM (kill, SLURM pre-emption) raise `Interrupted`, a KeyboardInterrupt, so
-the runner ends the MLflow run KILLED. During training steps the signal is deferred to the end of
+SIGINT (Ctrl-C), SIGTERM (kill, SLURM pre-emption) and SIGUSR1/SIGUSR2 (what schedulers send before
+pre-emption or a time limit, e.g. sbatch --signal=USR1@120) raise `Interrupted`, a KeyboardInterrupt,
+so the runner ends the MLflow run KILLED. During training steps the signal is deferred to the end of
 the current step, so the checkpoint saved on the way out is a consistent state (never half an
 optimizer update); anywhere else (loading, evaluation) it raises at once. A second signal while
 one is pending raises at once too: the user insists.
@@ -15,10 +16,17 @@ import signal
 import socket
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from importlib import metadata
+from pathlib import Path
+
+from deepen_run.errors import UserError
 
 LIBRARIES = ("torch", "transformers", "datasets", "accelerate", "mlflow", "hydra-core", "omegaconf", "safetensors")
+
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -26,17 +34,33 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
         super().__init__(signal.Signals(signum).name)
 
+    def __reduce__(self):
+        # A sweep job's exception travels back to the launcher pickled (joblib/loky, submitit); the
+        # default rebuilds from args ('SIGINT',), which is not a signal number.
+        return (Interrupted, (self.signum,))
+
 
 class SignalGuard:
     def __init__(self):
         self.defer = False
         self.pending: int | None = None
+        self.previous: dict[int, object] = {}  # the handlers we replaced (submitit's requeue on SIGUSR2)
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return  # a launcher running jobs in threads: signals stay with the launcher
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
+        for sig in SIGNALS:
+            before = signal.signal(sig, self._handle)
+            if before != self._handle:
+                self.previous[sig] = before
+
+    def chain(self, signum: int) -> None:
+        """Once the run is saved and ended KILLED, let the handler we replaced act (submitit's
+        SIGUSR2 handler requeues the job, which then continues with resume=auto)."""
+        before = self.previous.get(signum)
+        if callable(before) and before is not signal.default_int_handler and \
+                getattr(before, "__self__", None) is not self:
+            before(signum, None)
 
     def _handle(self, signum, frame) -> None:
         if self.defer and self.pending is None:
@@ -91,19 +115,79 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def reap_orphans(tracker) -> list[str]:
+def reap_orphans(tracker, where: str = "", wait_s: float = 0.0) -> list[str]:
     """End KILLED the runs of this experiment that are RUNNING but whose process (on this host) is
-    gone: SIGKILL, OOM-kill or power loss leave no chance to end them from inside."""
+    gone: SIGKILL, OOM-kill or power loss leave no chance to end them from inside. Sweep parents
+    carry pid/host tags too, so a SIGKILLed launcher's parent is reaped like a run.
+
+    where: an extra search clause (a sweep's own children); wait_s: give live processes that long
+    to end their runs themselves first (an interrupted sweep's jobs are saving a checkpoint)."""
     if not tracker.enabled:
         return []
     host = socket.gethostname()
-    runs = tracker.client.search_runs([tracker.experiment_id], "attributes.status = 'RUNNING'", max_results=200)
+    query = "attributes.status = 'RUNNING'" + (f" and {where}" if where else "")
+    runs = tracker.client.search_runs([tracker.experiment_id], query, max_results=200)
+    mine = {r.info.run_id: int(r.data.tags["pid"]) for r in runs
+            if r.data.tags.get("host") == host and r.data.tags.get("pid", "").isdigit()}
+    deadline = time.time() + wait_s
+    while time.time() < deadline and any(_alive(p) and p != os.getpid() for p in mine.values()):
+        time.sleep(0.5)
     dead = []
     for r in runs:
         pid = r.data.tags.get("pid", "")
-        if r.data.tags.get("host") == host and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if r.info.run_id in mine and int(pid) != os.getpid() and not _alive(int(pid)) \
+                and tracker.client.get_run(r.info.run_id).info.status == "RUNNING":
             tracker.client.set_tag(r.info.run_id, "error", f"process {pid} exited without ending the run "
                                    "(SIGKILL, out of memory or power loss); resume=true continues it")
             tracker.client.set_terminated(r.info.run_id, status="KILLED")
             dead.append(r.info.run_id)
     return dead
+
+
+LOCK = ".lock"
+
+
+class DirInUse(UserError):
+    """Another live process holds this run dir (its files must not be touched)."""
+
+
+@contextmanager
+def run_dir_lock(folder: Path):
+    """One run dir holds one run: an exclusive flock on <dir>/.lock for the run's life. The kernel
+    drops it when the process dies, however it dies, so a stale lock never blocks a resume."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    f = open(folder / LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise DirInUse(f"run dir {folder} is in use by another run (pid host: {holder}); one run dir holds one "
+                       "run: pass another hydra.run.dir, or wait for that run to end") from None
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()} {socket.gethostname()}\n")
+        f.flush()
+        yield
+    finally:
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
+
+
+def in_use(folder: Path) -> bool:
+    """Is a live process holding this run dir's lock (so resume must not pick it)?"""
+    import fcntl
+
+    if not (folder / LOCK).is_file():
+        return False
+    with open(folder / LOCK) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False

@@ -28,7 +28,7 @@ from deepen_run.model import count, param_report
 from deepen_run.sampling import TaskSampler
 from deepen_run.preflight import check  # noqa: F401 (the pre-flight, also for callers of runner)
 from deepen_run.redact import public_config
-from deepen_run.resume import current_dir
+from deepen_run.resume import current_dir, save_run_config
 from deepen_run.tracking import Tracker, flatten
 from deepen_run.train import evaluate, eval_metrics, optimizer_for, scheduler_for, train
 from deepen_run.util import first_line
@@ -67,9 +67,13 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     sizes = param_report(model, backbone_params)
     sizes["model/num_layers"] = getattr(model.backbone.config, "num_hidden_layers", 0)
 
+    before = tracker.status(run_id) if run_id else ""
     tracker.start(run_name(cfg), tags_for(cfg) | provenance() | (tags or {}), run_id=run_id)
     ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
+    if not run_id:
+        save_run_config(home, cfg)
     status = "FAILED"
+    progress = {"restored": not run_id}  # a resume that fails before its checkpoint is back keeps its status
     try:
         if run_id:  # a resume: same run, RUNNING again; nothing it already logged is logged twice
             tracker.resume()
@@ -82,7 +86,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         if cfg.dry_run:
             status = "FINISHED"
             return float("nan")
-        score = fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home, resume_home)
+        score = fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home, resume_home, progress)
         status = "FINISHED"
         return score
     except KeyboardInterrupt as e:
@@ -90,7 +94,10 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"})
         raise
     except Exception as e:
-        tracker.set_tags({"error": first_line(e, 5000)})
+        line = first_line(e, 5000)
+        if not progress["restored"]:
+            status = before or "KILLED"
+        tracker.set_tags({"error" if progress["restored"] else "resume_error": line})
         raise
     finally:
         tracker.end(status)
@@ -104,7 +111,8 @@ def size_summary(s: dict) -> str:
             f"ratio {s['params/ratio']:.4f}x  layers {s['model/num_layers']}")
 
 
-def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=None, resume_home=None) -> float:
+def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=None, resume_home=None,
+        progress=None) -> float:
     tok = bb.load_tokenizer(cfg.backbone)
     # Rank 0 tokenizes and fills the cache first; the other ranks then read it instead of racing.
     with accelerator.main_process_first():
@@ -131,7 +139,9 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
     saver = ck.Checkpointer(home, tcfg, accelerator, total)
     loaders = saver.wrap(loaders, {t: cfg.seed + i for i, t in enumerate(data)})
-    start = saver.restore(ck.latest(resume_home) if resume_home else None)
+    start = saver.restore(ck.usable(resume_home) if resume_home else None)
+    if progress is not None:
+        progress["restored"] = True
     dev = {k: accelerator.prepare(v) for k, v in dev.items()}
     if len(tasks) > 1:
         table = sampler.table()

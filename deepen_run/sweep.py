@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -38,6 +39,7 @@ JOBS_DIR = "deepen_jobs"
 # The launching process's open sweep. Module state, not callback attributes: launchers pickle
 # the callback into every job, and a thread does not pickle.
 _OPEN: dict[str, Any] = {}
+_SIGNAL: dict[str, Any] = {}  # the signal that stopped the launching process, if one did
 
 
 def count_jobs(config) -> Optional[int]:
@@ -45,18 +47,10 @@ def count_jobs(config) -> Optional[int]:
     sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
     if "optuna" in sweeper.lower():
         return int(config.hydra.sweeper.n_trials)
-    if not sweeper.endswith("BasicSweeper"):
-        return None
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from deepen_run.sweep_check import job_overrides
 
-    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
-    args = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
-    try:
-        batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)
-    except Exception:  # noqa: BLE001 (e.g. glob() needs Hydra's config loader: show "?" then)
-        return None
-    return sum(len(b) for b in batches)
+    jobs = job_overrides(config)
+    return len(jobs) if jobs is not None else None
 
 
 def sweep_params(config) -> dict[str, str]:
@@ -82,9 +76,17 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         from deepen_run.tracking import Tracker
 
+        from deepen_run.lifecycle import SIGNALS, provenance
+        from deepen_run.sweep_check import check_jobs
+
+        try:  # every job's config, before anything is launched or recorded
+            checked = check_jobs(config)
+        except UserError as e:
+            print(f"deepen-run: error: {e}", file=sys.stderr)
+            sys.exit(2)
         sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
         (sweep_dir / JOBS_DIR).mkdir(parents=True, exist_ok=True)
-        n = count_jobs(config)
+        n = checked if checked is not None else count_jobs(config)
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
         uri, experiment = config.tracking.uri, config.tracking.experiment
         tracker = Tracker(uri, experiment)
@@ -96,7 +98,9 @@ class SweepCallback(Callback):
         target = lambda key: str(OmegaConf.select(config, key, default="?")).rsplit(".", 1)[-1]  # noqa: E731
         parent = tracker.start(f"sweep-{sweep_id}", {
             "sweep_id": sweep_id, "sweep_role": "parent", "sweep_dir": str(sweep_dir),
-            "launcher": target("hydra.launcher._target_"), "sweeper": target("hydra.sweeper._target_")})
+            "launcher": target("hydra.launcher._target_"), "sweeper": target("hydra.sweeper._target_")}
+            # pid/host: a SIGKILLed launcher's parent is reaped like a run (lifecycle.reap_orphans)
+            | {k: v for k, v in provenance().items() if k in ("pid", "host", "command", "git_commit")})
         tracker.log_params(sweep_params(config) | {"sweep.jobs": n if n is not None else "?"})
         info = {"sweep_id": sweep_id, "parent_run_id": parent, "uri": uri, "experiment": experiment,
                 "n_jobs": n, "dir": str(sweep_dir), "params": sweep_params(config)}
@@ -108,6 +112,35 @@ class SweepCallback(Callback):
         watcher.start()
         _OPEN.update(info=info, tracker=tracker, stop=stop, watcher=watcher)
         atexit.register(_close, interrupted=True)
+        if threading.current_thread() is threading.main_thread():
+            for sig in SIGNALS:
+                signal.signal(sig, _launcher_signal)
+
+
+def _launcher_signal(signum, frame) -> None:
+    """Ctrl-C / SIGTERM of the launching process: remember which, then stop the launcher."""
+    from deepen_run.lifecycle import Interrupted
+
+    _SIGNAL.setdefault("signum", signum)
+    raise Interrupted(signum)
+
+
+def interrupted_sweep(e: BaseException) -> Optional[int]:
+    """The signal that stopped this process's sweep (its parent and jobs then end KILLED), or None.
+    Whatever the launcher raised on the way out (loky's BrokenProcessPool, a job's Interrupted),
+    a sweep stopped by a signal exits 128 + signal number."""
+    signum = _SIGNAL.get("signum")
+    if signum is None and isinstance(e, KeyboardInterrupt) and (_OPEN or _SIGNAL.get("closed")):
+        signum = getattr(e, "signum", 2)
+    if signum is None:
+        return None
+    _SIGNAL.setdefault("signum", signum)
+    _close(interrupted=True)
+    from deepen_run.lifecycle import Interrupted
+
+    print(f"deepen-run: sweep stopped by {Interrupted(signum)}; its parent and unfinished jobs are KILLED, "
+          "their last checkpoints kept (continue a job with resume=auto)", file=sys.stderr)
+    return signum
 
     def on_multirun_end(self, config, **kwargs) -> None:
         if _close(interrupted=False) > 0:
@@ -141,7 +174,7 @@ def _watch(sweep_dir: Path, n: Optional[int], stop: threading.Event) -> None:
             elif d["status"] == "FINISHED":
                 print(f"{k} FINISHED {d['name']}  eval/score={d['score']:.4f}  ({d['seconds']:.0f} s)", flush=True)
             else:
-                print(f"{k} FAILED {d['name']}  {d['error']}  ({d['seconds']:.0f} s)", flush=True)
+                print(f"{k} {d['status']} {d['name']}  {d['error']}  ({d['seconds']:.0f} s)", flush=True)
         if done:
             return
         stop.wait(0.5)
@@ -149,13 +182,22 @@ def _watch(sweep_dir: Path, n: Optional[int], stop: threading.Event) -> None:
 
 def _close(interrupted: bool) -> int:
     """End the parent run; returns the number of jobs that did not finish."""
+    from deepen_run.lifecycle import Interrupted
+
     if not _OPEN:
         return 0
     info, tracker = _OPEN["info"], _OPEN["tracker"]
     _OPEN["stop"].set()
     _OPEN["watcher"].join()
     _OPEN.clear()
+    _SIGNAL["closed"] = True
     sweep_dir = Path(info["dir"])
+    reaped = []
+    if interrupted:  # jobs whose process died before ending their run (loky kills its workers)
+        from deepen_run.lifecycle import reap_orphans
+
+        tracker.check()
+        reaped = reap_orphans(tracker, f"tags.sweep_id = '{info['sweep_id']}'", wait_s=60)
     outcomes = _outcomes(sweep_dir)
     n = info["n_jobs"] if info["n_jobs"] is not None else len(outcomes)
     finished = {k: o for k, o in outcomes.items() if o["status"] == "FINISHED"}
@@ -164,8 +206,14 @@ def _close(interrupted: bool) -> int:
     scores = [o["score"] for o in finished.values() if o["score"] == o["score"]]
     tracker.log_metrics({"sweep/jobs": n, "sweep/finished": len(finished), "sweep/failed": failed}
                         | ({"sweep/best_score": max(scores)} if scores else {}), 0)
-    if failed:
-        which = [f"job {k + 1} ({o['error']})" for k, o in sorted(outcomes.items()) if o["status"] != "FINISHED"]
+    if interrupted:
+        why = Interrupted(_SIGNAL["signum"]) if "signum" in _SIGNAL else "the launcher exited early"
+        killed = sum(o["status"] == "KILLED" for o in outcomes.values()) + len(reaped)
+        tracker.set_tags({"interrupted": f"{why}: {len(finished)} of {n} jobs finished, {killed} killed, "
+                                         f"{max(0, n - len(outcomes) - len(reaped))} not started"})
+    elif failed:
+        which = [f"job {k + 1} ({o.get('error', o['status'])})" for k, o in sorted(outcomes.items())
+                 if o["status"] != "FINISHED"]
         tracker.set_tags({"sweep_failed": f"{failed} of {n} jobs failed: " + "; ".join(which)})
     for name in ("multirun.yaml", "optimization_results.yaml"):
         if (sweep_dir / name).is_file():
@@ -238,6 +286,13 @@ class SweepJob:
         name = run_name(cfg)
         try:
             score = float(run_fn(cfg, tags=self.tags()))
+        except KeyboardInterrupt as e:  # the run ended KILLED with a checkpoint
+            _write_json(self.jobs / f"{self.num}.json", {"status": "KILLED", "name": name, "error": str(e),
+                                                         "seconds": time.time() - t0})
+            from deepen_run.lifecycle import GUARD
+
+            GUARD.chain(getattr(e, "signum", 2))  # submitit: requeue the job (it resumes with resume=auto)
+            raise
         except Exception as e:  # noqa: BLE001 (any failure: record it, let the other jobs go on)
             line = _one_line(e)
             if not isinstance(e, UserError):

@@ -114,6 +114,7 @@ class Tracker:
         self.uri, self.experiment, self.enabled = uri, experiment, enabled
         self.run_id: Optional[str] = None
         self.logged: dict[str, set[int]] = {}  # (metric, step) pairs a resumed run already has
+        self.params_logged: set[str] = set()  # params are write-once: a resume logs only new keys
         if enabled:
             prepare_store(uri)
             create_schema_once(uri)  # before MlflowClient(), which opens (and migrates) the store
@@ -147,8 +148,11 @@ class Tracker:
         if not hasattr(self, "experiment_id"):
             self.check()
         if run_id:
-            self.client.update_run(run_id, status="RUNNING")
+            # Tags first: pid/host/command name this process before the run is RUNNING again, so a
+            # concurrent run's orphan reaping never sees the dead process of the last attempt.
             self.run_id = run_id
+            self.set_tags(tags)
+            self.client.update_run(run_id, status="RUNNING")
         else:
             self.run_id = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
         return self.run_id
@@ -160,9 +164,13 @@ class Tracker:
             return
         run = self.client.get_run(self.run_id)
         self.logged = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in run.data.metrics}
-        for tag in ("error", "interrupted"):
+        self.params_logged = set(run.data.params)
+        for tag in ("error", "interrupted", "resume_error"):
             if tag in run.data.tags:
                 self.client.delete_tag(self.run_id, tag)
+
+    def status(self, run_id: str) -> str:
+        return self.client.get_run(run_id).info.status if self.enabled else ""
 
     def attach(self, run_id: str) -> "Tracker":
         """Write to an existing run (a sweep's parent) without touching its status."""
@@ -173,7 +181,9 @@ class Tracker:
         if not self.enabled:
             return
         # MlflowClient.log_batch splits into the server's batch limits (100 params, 1000 metrics) itself.
-        self.client.log_batch(self.run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        items = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in self.params_logged]
+        if items:
+            self.client.log_batch(self.run_id, params=items)
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled or not metrics:

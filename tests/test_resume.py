@@ -154,3 +154,88 @@ def test_nan_loss_fails_with_a_message(glue_dir, store, tmp_path):
     assert run.data.tags["error"].startswith("NonFiniteLoss: training loss is")
     losses = client.get_metric_history(run.info.run_id, "train/loss")
     assert all(m.value == m.value for m in losses)  # no NaN was ever logged
+
+
+def _status(uri, experiment):
+    client, runs = runs_of(uri, experiment)
+    return client, runs
+
+
+def wait_for(cond, what, timeout=300):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_requeued_command_resumes_in_its_own_dir_and_survives_a_neighbour(reference, glue_dir, tmp_path):
+    """What a cluster does after pre-emption: the same command, same run dir, resume=auto."""
+    uri, ref_client, ref_run, _ = reference
+    run_dir = tmp_path / "requeue" / "run"
+    cmd = args(glue_dir, uri, run_dir, "resume=auto")
+    proc = start(*cmd)
+    wait_for_checkpoint(proc, run_dir)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    saved = (run_dir / "run_config.yaml").read_text()
+    client, (run,) = runs_of(uri, "requeue")
+    again = start(*cmd)  # the requeue: Hydra rewrites .hydra/config.yaml, run_config.yaml stays
+    wait_for(lambda: client.get_run(run.info.run_id).data.tags.get("pid") == str(again.pid), "the resumed pid tag")
+    # A neighbour starting in the same experiment reaps dead runs: the resumed one is alive.
+    r = cli(*args(glue_dir, uri, tmp_path / "requeue" / "other", "dry_run=true"), env=ENV)
+    assert r.returncode == 0, r.stderr[-2000:]
+    err = again.communicate(timeout=600)[1]
+    assert again.returncode == 0, err[-3000:]
+    client, runs = runs_of(uri, "requeue")
+    (got,) = [x for x in runs if x.info.run_id == run.info.run_id]
+    assert len(runs) == 2 and got.info.status == "FINISHED"
+    assert "error" not in got.data.tags and "interrupted" not in got.data.tags
+    assert final(got) == final(ref_run) and history(client, got) == history(ref_client, ref_run)
+    assert (run_dir / "run_config.yaml").read_text() == saved
+
+
+def test_sigusr1_checkpoints_and_a_damaged_checkpoint_falls_back(reference, glue_dir, tmp_path):
+    uri, ref_client, ref_run, _ = reference
+    run_dir = tmp_path / "usr1" / "run"
+    proc = start(*args(glue_dir, uri, run_dir))
+    ckpts = lambda: sorted(int(p.parent.name[5:]) for p in (run_dir / "checkpoints").glob("step-*/trainer_state.json"))  # noqa: E731
+    wait_for(lambda: ckpts() and ckpts()[-1] >= 40 or proc.poll() is not None, "a checkpoint at step 40")
+    proc.send_signal(signal.SIGUSR1)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 128 + signal.SIGUSR1, err[-3000:]
+    client, (run,) = runs_of(uri, "usr1")
+    assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGUSR1"
+    steps = ckpts()
+    assert len(steps) == 2 and steps[1] >= 40, steps  # the signal's own save (or step 40's), and one before
+    last, prev = (run_dir / "checkpoints" / f"step-{s}" for s in (steps[1], steps[0]))
+    weights = last / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])  # truncated
+    (prev / "model.safetensors").rename(tmp_path / "aside")  # missing
+    again = args(glue_dir, uri, run_dir, f"resume={run_dir}")
+    r = cli(*again, env=ENV)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "truncated" in r.stderr and "model.safetensors is missing" in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("deepen-run: error: resume=")
+    assert client.get_run(run.info.run_id).info.status == "KILLED"  # a failed attempt changes nothing
+    (tmp_path / "aside").rename(prev / "model.safetensors")
+    r = cli(*again, env=ENV)  # resume=D hydra.run.dir=D: from step 40, the intact one
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"checkpoint {last} is damaged" in r.stderr
+    client, (run,) = runs_of(uri, "usr1")
+    assert run.info.status == "FINISHED" and final(run) == final(ref_run)
+
+
+def test_two_processes_on_one_run_dir(glue_dir, store, tmp_path):
+    uri, run_dir = store, tmp_path / "twice" / "run"
+    proc = start(*args(glue_dir, uri, run_dir, "train.max_steps=100000"))
+    wait_for_checkpoint(proc, run_dir)
+    r = cli(*args(glue_dir, uri, run_dir, "train.max_steps=100000"), env=ENV)
+    assert proc.poll() is None, "the first run ended before the second tried its dir"
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "in use by another run" in lines[0], r.stderr[-2000:]
+    client, (run,) = runs_of(uri, "twice")  # the second made no run and left the first's files alone
+    assert run.info.status == "KILLED" and (run_dir / "run.json").is_file() and (run_dir / "run_config.yaml").is_file()

@@ -85,3 +85,49 @@ def test_child_run_names_carry_the_swept_values():
                                              "train.learning_rate=3e-05", "dry_run=True"])
     # seed is in the default name already; a plain list value is not a sweep.
     assert job.swept() == ["gru_layers=2", "learning_rate=3e-05"]
+
+
+def test_one_bad_value_launches_nothing(tmp_path, glue_dir):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    rest = [a for a in TINY if not a.startswith("train.batch_size")]
+    r = cli("-m", "train.batch_size=8,16,abc,32", *rest, f"data.glue_dir={glue_dir}",
+            f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep", timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert lines[0].startswith("deepen-run: error: sweep job 3 of 4 (train.batch_size=abc)"), lines[0]
+    assert "Traceback" not in r.stderr and not (tmp_path / "sweep").exists()
+    assert not (tmp_path / "mlflow.db").exists()  # no parent, no child: nothing was recorded
+
+
+def test_ctrl_c_of_a_joblib_sweep_ends_every_run_killed(tmp_path, glue_dir):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    exe = Path(sys.executable).with_name("deepen-run")
+    long = [a for a in TINY if not a.startswith("train.max_steps")] + ["train.max_steps=100000", "train.save_every=5"]
+    proc = subprocess.Popen([str(exe), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3,4", *long,
+                             f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    t0 = time.time()
+    while not list((tmp_path / "sweep").glob("*/checkpoints/step-*")):  # a job is training
+        assert proc.poll() is None and time.time() - t0 < 600, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("deepen-run").experiment_id])
+    assert runs and not [r for r in runs if r.info.status == "RUNNING"], [(r.info.run_name, r.info.status) for r in runs]
+    (parent,), children = split(runs)
+    assert parent.info.status == "KILLED" and parent.data.tags["interrupted"].startswith("SIGINT: 0 of 4 jobs finished")
+    assert parent.data.tags["pid"] == str(proc.pid)
+    assert children and all(c.info.status == "KILLED" for c in children)
+    assert "deepen-run: sweep stopped by SIGINT" in err  # (loky may print a resource_tracker warning after)
