@@ -7,7 +7,7 @@ export DEEPEN_GLUE_DIR ?= $(GLUE)
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: install test demo sweep ui bench lint clean
+.PHONY: install test demo sweep ui bench lint clean study study-ablations
 
 $(BIN)/deepen-run: pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -45,6 +45,18 @@ ui: install
 # BENCH_ARGS=--startup-only for the start-up section alone.
 bench: install
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+# The reproduction study (conf/study/): the probe, grid A (single-task: baseline, HIRE, duplicated
+# layers) and grid B (multi-task: PALs vs a multi-task baseline) on the offline MiniLM and five GLUE
+# tasks, seeds 1-3, about 60 min on 2 idle CPU cores; then the table in outputs/study/results.{md,csv,png}.
+# STUDY_ARGS: e.g. --smoke (a tiny pipeline check) or --layers [4,5] (skip the probe).
+study: install
+	$(BIN)/python scripts/study.py $(STUDY_ARGS)
+
+# Ablations at the study's scale, one sweep each, into the same experiment (their baselines are grid A's).
+study-ablations: install
+	for s in abl_hire abl_duplicate abl_lr; do $(BIN)/deepen-run -m +study=$$s $(STUDY_ARGS) || exit 1; done
+	$(BIN)/deepen-report --experiment study --out outputs/study/ablations
 
 clean:
 	rm -rf outputs/runs outputs/multiruns outputs/cache

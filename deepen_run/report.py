@@ -1,16 +1,16 @@
-"""`deepen-report`: the paper-style results table, from the runs in MLflow.
+"""`deepen-report`: the study's results table, from the runs in MLflow.
 
-One row per (backbone, method, schedule, method options that differ between rows); one column per GLUE task holding the
-task's mean metric x100 (MRPC: mean of accuracy and F1, STS-B: of Pearson and Spearman, MNLI: of
--m and -mm, as in the GLUE score), as mean ± sample std over the row's runs (seeds), plus the
-average over the row's tasks and the number of runs. Rows may cover only some tasks.
-Single-task runs get schedule "-" (a schedule only matters when tasks share the encoder).
+Rows: runs that share every setting but the seed (deepen_run/report_rows.py); a row is labelled by
+backbone, method, setup (single-task, or multi-task with its tasks and schedule) and the settings
+that differ between rows. Columns: each GLUE task's mean metric x100 (MRPC: mean of accuracy and
+F1, STS-B: of Pearson and Spearman, MNLI: of -m and -mm, as in the GLUE score) as mean ± sample std
+over the row's seeds, the average over the row's tasks, the paired difference of that average to
+the row's baseline with a 95% t interval, parameter counts and the measured training step time.
+Dry runs and unfinished runs never enter the table.
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import math
 import statistics
 import sys
@@ -18,10 +18,13 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from deepen_run import report_rows as rr
 from deepen_run.errors import UserError
 from deepen_run.glue import TASKS
+from deepen_run.report_output import to_csv, to_markdown  # noqa: F401 (part of this module's API)
 
-KEY = ("backbone", "method", "schedule", "options")
+SIZES = {"params_total": "params/total", "params_trainable": "params/trainable", "x_backbone": "params/ratio",
+         "step_time_s": "train/step_time_s"}
 
 
 def task_value(metrics: dict[str, float], task: str) -> Optional[float]:
@@ -32,90 +35,89 @@ def task_value(metrics: dict[str, float], task: str) -> Optional[float]:
     return 100 * sum(vals) / len(vals) if vals else None
 
 
-def _options(params: dict[str, str]) -> tuple:
-    return tuple((k[len("method."):], v) for k, v in sorted(params.items())
-                 if k.startswith("method.") and k != "method.name")
-
-
-def _shown_options(keys) -> dict[tuple, str]:
-    """Name only the method options that differ between rows of the same method: a table of
-    gru_layers=1,2,3 says `gru_layers=2`, not every default of HIRE."""
-    by_method: dict[str, list[dict]] = {}
-    for k in keys:
-        by_method.setdefault(k[1], []).append(dict(k[3]))
-    varying = {m: {o for d in ds for o in d if len({str(x.get(o)) for x in ds}) > 1} for m, ds in by_method.items()}
-    return {k: " ".join(f"{o}={v}" for o, v in k[3] if o in varying[k[1]]) or "-" for k in keys}
-
-
 def _stats(vals: list[float]) -> dict:
     return {"mean": statistics.fmean(vals), "std": statistics.stdev(vals) if len(vals) > 1 else None,
             "n": len(vals)}
 
 
+def _seed_avgs(per_task: dict[str, list[tuple[str, float]]], tasks: list[str]) -> dict[str, float]:
+    """The average over `tasks` for every seed that has them all (several runs of a seed: their mean)."""
+    by_seed = [{s: statistics.fmean(v for s2, v in per_task[t] if s2 == s) for s, _ in per_task[t]} for t in tasks]
+    seeds = set.intersection(*(set(d) for d in by_seed)) if by_seed else set()
+    return {s: statistics.fmean(d[s] for d in by_seed) for s in seeds}
+
+
+def paired_delta(row: dict[str, list], base: dict[str, list]) -> Optional[dict]:
+    """Row minus baseline in the average over their common tasks, paired by seed: the mean of the
+    per-seed differences with a 95% t interval (n-1 degrees of freedom); None without a common
+    seed, no interval with one."""
+    from scipy import stats
+
+    tasks = [t for t in row if t in base]
+    a, b = _seed_avgs(row, tasks), _seed_avgs(base, tasks)
+    diffs = [a[s] - b[s] for s in sorted(set(a) & set(b))]
+    if not diffs:
+        return None
+    mean = statistics.fmean(diffs)
+    if len(diffs) < 2:
+        return {"mean": mean, "lo": None, "hi": None, "n": 1}
+    half = stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": len(diffs)}
+
+
+def _sizes(runs: list[dict]) -> dict:
+    """Mean parameter counts and step time of a row's runs. x_backbone_all: the parameters that
+    serve all the row's tasks, in backbones: one model per task for single-task rows (the sum of the
+    tasks' ratios), the one shared model for a multi-task row."""
+    out = {}
+    for name, metric in SIZES.items():
+        vals = [r["metrics"][metric] for r in runs if metric in r["metrics"]]
+        out[name] = statistics.fmean(vals) if vals else None
+    ratios: dict[str, list[float]] = {}
+    for r in runs:
+        if "params/ratio" in r["metrics"]:
+            ratios.setdefault(r["tags"]["task"], []).append(r["metrics"]["params/ratio"])
+    out["x_backbone_all"] = sum(statistics.fmean(v) for v in ratios.values()) if ratios else None
+    return out
+
+
 def build(runs: list[dict]) -> dict:
-    """runs: tracking.find_runs dicts. Returns {"tasks": [...], "rows": [...]}; each row has the KEY
-    fields, "n" and per task (and "avg") {"mean", "std", "n"} or None."""
+    """runs: tracking.find_runs dicts. Returns {"tasks": [...], "rows": [...]}; a row has backbone,
+    method, setup, settings (its label), per task and "avg" {"mean", "std", "n"} or None, "delta"
+    (vs its baseline) and "baseline" (that row's index, 1-based), the sizes, and "n" (seeds)."""
     groups: dict[tuple, dict[str, list[tuple[str, float]]]] = {}  # key -> task -> [(seed, value)]
+    members: dict[tuple, list[dict]] = {}
     for r in runs:
         tags = r["tags"]
-        if r["status"] != "FINISHED" or tags.get("sweep_role") == "parent" or "task" not in tags:
+        if r["status"] != "FINISHED" or tags.get("sweep_role") == "parent" or "task" not in tags or rr.is_dry(r):
             continue
-        tasks = tags["task"].split("+")
-        key = (tags.get("backbone", "?"), tags.get("method", "?"),
-               tags.get("schedule", "?") if len(tasks) > 1 else "-", _options(r["params"]))
-        for t in tasks:
+        key = rr.key_of(r)
+        for t in rr.tasks_of(r):
             v = task_value(r["metrics"], t) if t in TASKS else None
             if v is not None:
                 groups.setdefault(key, {}).setdefault(t, []).append((tags.get("seed", r["run_id"]), v))
+                if r not in members.setdefault(key, []):
+                    members[key].append(r)
     order = [t for t in TASKS if any(t in g for g in groups.values())]
+    keys = sorted(groups, key=lambda k: (rr.setup(k) != "single-task", dict(k)["method.name"] != "baseline", k))
+    label = rr.labels(keys)
     rows = []
-    shown = _shown_options(groups)
-    for key, per_task in sorted(groups.items()):
-        row = dict(zip(KEY, key))
-        row["options"] = shown[key]
+    for key in keys:
+        per_task, d = groups[key], dict(key)
+        row = {"backbone": d["backbone.name"], "method": d["method.name"], "setup": rr.setup(key),
+               "settings": label[key]}
         for t in order:
             row[t] = _stats([v for _, v in per_task[t]]) if t in per_task else None
-        means = [row[t]["mean"] for t in order if row[t]]
-        # The average's spread is over the seeds that have every task of the row (single-task
-        # runs of one seed line up); without such seeds the average has no spread.
-        by_seed = [{s: statistics.fmean(v for s2, v in pairs if s2 == s) for s, _ in pairs} for pairs in per_task.values()]
-        seeds = set.intersection(*(set(d) for d in by_seed))
-        per_seed = [statistics.fmean(d[s] for d in by_seed) for s in sorted(seeds)]
-        row["avg"] = {"mean": statistics.fmean(means), "std": _stats(per_seed)["std"] if per_seed else None,
-                      "n": len(per_seed)}
+        # The average's spread is over the seeds that have every task of the row.
+        per_seed = list(_seed_avgs(per_task, list(per_task)).values())
+        row["avg"] = {"mean": statistics.fmean(row[t]["mean"] for t in per_task),
+                      "std": _stats(per_seed)["std"] if per_seed else None, "n": len(per_seed)}
         row["n"] = max(len(v) for v in per_task.values())
-        rows.append(row)
+        base = rr.baseline_of(key, keys)
+        row["baseline"] = keys.index(base) + 1 if base is not None else None
+        row["delta"] = paired_delta(per_task, groups[base]) if base is not None and base != key else None
+        rows.append(row | _sizes(members[key]))
     return {"tasks": order, "rows": rows}
-
-
-def _cell(c: Optional[dict], n: int) -> str:
-    if c is None:
-        return "-"
-    s = f"{c['mean']:.1f}" + (f" ± {c['std']:.1f}" if c["std"] is not None else "")
-    return s + (f" (n={c['n']})" if c["n"] != n else "")
-
-
-def to_markdown(table: dict) -> str:
-    heads = list(KEY) + [TASKS[t].folder for t in table["tasks"]] + ["Avg", "n"]
-    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
-    for r in table["rows"]:
-        cells = [r[k] or "-" for k in KEY] + [_cell(r[t], r["n"]) for t in table["tasks"]]
-        lines.append("| " + " | ".join(cells + [_cell(r["avg"], r["avg"]["n"]), str(r["n"])]) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def to_csv(table: dict) -> str:
-    cols = list(KEY) + [f"{t}{s}" for t in table["tasks"] + ["avg"] for s in ("", "_std", "_n")] + ["n"]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols)
-    w.writeheader()
-    for r in table["rows"]:
-        out = {k: r[k] for k in KEY} | {"n": r["n"]}
-        for t in table["tasks"] + ["avg"]:
-            c = r[t] or {}
-            out |= {t: c.get("mean"), f"{t}_std": c.get("std"), f"{t}_n": c.get("n")}
-        w.writerow(out)
-    return buf.getvalue()
 
 
 def load_runs(uri: str, experiment: str, tags: dict[str, str]) -> list[dict]:
@@ -158,30 +160,35 @@ def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(prog="deepen-report", description=__doc__.split("\n")[0])
     p.add_argument("--uri", default=default.uri, help="MLflow tracking URI (default: %(default)s)")
     p.add_argument("--experiment", default=default.experiment, help="default: %(default)s")
-    p.add_argument("--sweep-id", help="only the children of this sweep (tag sweep_id)")
+    p.add_argument("--sweep-id", action="append", default=[],
+                   help="only the children of this sweep (tag sweep_id); repeat for several sweeps (a study's grids)")
     p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag (repeatable)")
     p.add_argument("--out", type=Path, help="write results.md, results.csv and results.png here")
-    p.add_argument("--log-to-parent", action="store_true", help="log them under report/ of the sweep's parent run")
+    p.add_argument("--log-to-parent", action="store_true", help="log them under report/ of each sweep's parent run")
     a = p.parse_args(argv)
     try:
         if a.log_to_parent and not a.sweep_id:
             raise UserError("--log-to-parent needs --sweep-id (the parent is the sweep's)")
-        tags = _parse_tags(a.tag) | ({"sweep_id": a.sweep_id} if a.sweep_id else {})
-        table = build(load_runs(a.uri, a.experiment, tags))
+        tags = _parse_tags(a.tag)
+        runs = [r for sid in a.sweep_id for r in load_runs(a.uri, a.experiment, tags | {"sweep_id": sid})] \
+            if a.sweep_id else load_runs(a.uri, a.experiment, tags)
+        table = build(runs)
         if not table["rows"]:
             raise UserError(f"no FINISHED runs with evaluated GLUE tasks in experiment {a.experiment!r} "
-                            f"matching {tags or 'any tags'} ({a.uri})")
+                            f"matching {tags or 'any tags'}{' in sweeps ' + ', '.join(a.sweep_id) if a.sweep_id else ''}"
+                            f" ({a.uri})")
         print(to_markdown(table), end="")
         if a.out:
             print(f"wrote {', '.join(str(f) for f in write(table, a.out))}")
         if a.log_to_parent:
             from deepen_run.tracking import Tracker, find_runs
 
-            parents = find_runs(a.uri, a.experiment, {"sweep_id": a.sweep_id, "sweep_role": "parent"})
-            if not parents:
-                raise UserError(f"sweep {a.sweep_id} has no parent run in {a.experiment!r}")
-            log_to_run(table, Tracker(a.uri, a.experiment).attach(parents[0]["run_id"]))
-            print(f"logged report/ to parent run {parents[0]['run_id']}")
+            for sid in a.sweep_id:
+                parents = find_runs(a.uri, a.experiment, {"sweep_id": sid, "sweep_role": "parent"})
+                if not parents:
+                    raise UserError(f"sweep {sid} has no parent run in {a.experiment!r}")
+                log_to_run(table, Tracker(a.uri, a.experiment).attach(parents[0]["run_id"]))
+                print(f"logged report/ to parent run {parents[0]['run_id']} (sweep {sid})")
     except UserError as e:
         print(f"deepen-report: error: {e}", file=sys.stderr)
         sys.exit(2)

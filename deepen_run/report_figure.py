@@ -15,8 +15,8 @@ def methods_plot(table: dict):
         xs = [j + (i - (len(rows) - 1) / 2) * width for j, c in enumerate(cols) if r[c]]
         means = [r[c]["mean"] for c in cols if r[c]]
         errs = [r[c]["std"] or 0.0 for c in cols if r[c]]
-        label = " / ".join(v for v in (r["backbone"], r["method"], r["schedule"], r["options"]) if v and v != "-")
-        ax.bar(xs, means, width, yerr=errs, capsize=2, label=f"{label} (n={r['n']})")
+        label = " / ".join(v for v in (r["backbone"], r["method"], r["setup"], r["settings"]) if v and v != "-")
+        ax.bar(xs, means, width, yerr=errs, capsize=2, label=f"{i + 1}: {label} (n={r['n']})")
     ax.set_xticks(range(len(cols)), [TASKS[c].folder if c in TASKS else "Avg" for c in cols])
     ax.set(ylabel="dev score x100 (mean ± std over seeds)", title="methods per GLUE task")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))

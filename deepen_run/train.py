@@ -6,6 +6,7 @@ method it runs.
 """
 from __future__ import annotations
 
+import time
 from typing import Callable, Iterator
 
 import torch
@@ -72,7 +73,8 @@ def train(model, optimizer, scheduler, accelerator, loaders: dict, specs: dict, 
           on_step: Callable[[int], None] | None = None) -> dict:
     """Run steps [start_step, total_steps). loaders/specs: task name -> train loader / TaskSpec.
 
-    Returns the last evaluation's flat metrics.
+    Returns the last evaluation's flat metrics. Logs train/step_time_s at the end: the mean
+    seconds of a training step (forward, backward, update) without logging and evaluation.
     """
     iters = {t: forever(dl) for t, dl in loaders.items()}
     regression = {t: specs[t].is_regression for t in loaders}
@@ -82,7 +84,9 @@ def train(model, optimizer, scheduler, accelerator, loaders: dict, specs: dict, 
     seen, last_eval, epoch = 0, {}, sampler.epoch_of(start_step - 1) if start_step else None
     bar = tqdm(total=total_steps, initial=start_step, desc="train", disable=not accelerator.is_main_process,
                dynamic_ncols=True)
+    step_time = 0.0
     for step in range(start_step, total_steps):
+        t_step = time.perf_counter()
         task = sampler.task(step)
         if sampler.epoch_of(step) != epoch and len(loaders) > 1:
             epoch = sampler.epoch_of(step)
@@ -105,6 +109,7 @@ def train(model, optimizer, scheduler, accelerator, loaders: dict, specs: dict, 
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
             running += loss.detach() / tcfg.gradient_accumulation_steps
+        step_time += time.perf_counter() - t_step
         seen += 1
         done = step + 1
         bar.update(1)
@@ -123,4 +128,6 @@ def train(model, optimizer, scheduler, accelerator, loaders: dict, specs: dict, 
             last_eval = run_eval(done)
             bar.set_postfix(score=f"{last_eval.get('eval/score', float('nan')):.4f}")
     bar.close()
+    if total_steps > start_step:
+        log({"train/step_time_s": step_time / (total_steps - start_step)}, total_steps)
     return last_eval

@@ -64,10 +64,11 @@ def test_report_cell_is_mean_and_std_of_the_children(joblib_sweep, capsys):
     report.main(["--uri", uri, "--sweep-id", parent.data.tags["sweep_id"], "--out", str(tmp / "rep"),
                  "--log-to-parent"])
     md = capsys.readouterr().out
-    row = next(ln for ln in md.splitlines() if ln.startswith("| tiny | baseline |"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[4] == f"{statistics.fmean(accs):.1f} ± {statistics.stdev(accs):.1f}"
-    assert cells[-1] == "3"
+    head = [c.strip() for c in md.splitlines()[0].strip("|").split("|")]
+    row = next(ln for ln in md.splitlines() if ln.startswith("| 1 | tiny | baseline | single-task |"))
+    cells = dict(zip(head, [c.strip() for c in row.strip("|").split("|")]))
+    assert cells["RTE"] == f"{statistics.fmean(accs):.1f} ± {statistics.stdev(accs):.1f}"
+    assert cells["n"] == "3" and float(cells["step (s)"]) > 0
     (rec,) = list(csv.DictReader(open(tmp / "rep" / "results.csv")))
     assert float(rec["rte"]) == pytest.approx(statistics.fmean(accs))
     assert float(rec["rte_std"]) == pytest.approx(statistics.stdev(accs))

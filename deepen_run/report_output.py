@@ -1,0 +1,85 @@
+"""The report's table as Markdown (with footnotes saying how to read it) and as CSV."""
+from __future__ import annotations
+
+import csv
+import io
+from typing import Optional
+
+from deepen_run.glue import TASKS
+
+LABEL = ("backbone", "method", "setup", "settings")
+
+
+def _cell(c: Optional[dict], n: int) -> str:
+    if c is None:
+        return "-"
+    s = f"{c['mean']:.1f}" + (f" ± {c['std']:.1f}" if c["std"] is not None else "")
+    return s + (f" (n={c['n']})" if c["n"] != n else "")
+
+
+def _delta(r: dict, i: int) -> str:
+    d = r["delta"]
+    if r["baseline"] == i:
+        return "(baseline)"
+    if d is None:
+        return "-"
+    ci = f" [{d['lo']:+.1f}, {d['hi']:+.1f}]" if d["lo"] is not None else ""
+    return f"{d['mean']:+.1f}{ci} (n={d['n']})"
+
+
+def _num(v: Optional[float], fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def to_markdown(table: dict) -> str:
+    heads = ["#", *LABEL] + [TASKS[t].folder for t in table["tasks"]] + \
+        ["Avg", "Δ Avg vs baseline [95% CI]", "n", "params (M)", "trainable (M)", "x backbone",
+         "x backbone, all tasks", "step (s)"]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for i, r in enumerate(table["rows"], 1):
+        cells = [str(i)] + [r[k] or "-" for k in LABEL] + [_cell(r[t], r["n"]) for t in table["tasks"]]
+        cells += [_cell(r["avg"], r["avg"]["n"]), _delta(r, i), str(r["n"]),
+                  _num(r["params_total"] and r["params_total"] / 1e6, ".2f"),
+                  _num(r["params_trainable"] and r["params_trainable"] / 1e6, ".2f"),
+                  _num(r["x_backbone"], ".3f"), _num(r["x_backbone_all"], ".2f"), _num(r["step_time_s"], ".2f")]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = _footnotes(table)
+    return "\n".join(lines) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
+
+
+def _footnotes(table: dict) -> list[str]:
+    rows = table["rows"]
+    bases: dict[int, list[int]] = {}
+    for i, r in enumerate(rows, 1):
+        if r["baseline"] and r["baseline"] != i:
+            bases.setdefault(r["baseline"], []).append(i)
+    out = ["Cells: dev score x100, mean ± sample std over seeds (n = seeds; a cell with fewer says so). "
+           "Avg: mean of the row's task means; its ± is over seeds that have every task."]
+    for b, of in sorted(bases.items()):
+        out.append(f"Baseline of row{'s' if len(of) > 1 else ''} {', '.join(map(str, of))}: row {b} "
+                   f"({rows[b - 1]['method']}, {rows[b - 1]['setup']}).")
+    if bases:
+        out.append("Δ: row minus its baseline in the average over their common tasks, paired by seed "
+                   "(seeds both rows have); [95% CI] is the t interval of the mean difference, n-1 degrees of freedom.")
+    out.append("params, trainable, x backbone: per model (mean over the row's runs); x backbone, all tasks: what "
+               "serves every task of the row (single-task rows: one model per task). step: mean seconds per "
+               "training step (no evaluation), mean over the row's runs.")
+    return out
+
+
+def to_csv(table: dict) -> str:
+    sizes = ["params_total", "params_trainable", "x_backbone", "x_backbone_all", "step_time_s"]
+    cols = ["row", *LABEL] + [f"{t}{s}" for t in table["tasks"] + ["avg"] for s in ("", "_std", "_n")] + \
+        ["delta", "delta_lo", "delta_hi", "delta_n", "baseline_row", "n"] + sizes
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols)
+    w.writeheader()
+    for i, r in enumerate(table["rows"], 1):
+        d = r["delta"] or {}
+        out = {"row": i, "n": r["n"], "baseline_row": r["baseline"], "delta": d.get("mean"), "delta_lo": d.get("lo"),
+               "delta_hi": d.get("hi"), "delta_n": d.get("n")} | {k: r[k] for k in LABEL + tuple(sizes)}
+        for t in table["tasks"] + ["avg"]:
+            c = r[t] or {}
+            out |= {t: c.get("mean"), f"{t}_std": c.get("std"), f"{t}_n": c.get("n")}
+        w.writerow(out)
+    return buf.getvalue()
