@@ -28,6 +28,9 @@ def check(cfg) -> list[TaskSpec]:
     from deepen_run import backbone as bb  # transformers: only once the cheap checks passed
 
     bb.preflight(cfg.backbone)
+    from deepen_run import duplication
+
+    duplication.check(cfg)  # backbone.duplicate_layers against the depth in the config file, for every method
     method_checks(cfg, tasks)
     return tasks
 

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from deepen_run import backbone as bb  # noqa: E402
+from deepen_run import duplication  # noqa: E402
 from deepen_run.config import ROOT, register  # noqa: E402
 from deepen_run.glue import get_tasks  # noqa: E402
 from deepen_run.methods import METHODS  # noqa: E402
@@ -41,7 +42,7 @@ def compose(*overrides: str):
 def build(method: str, overrides: list[str], device: str):
     cfg = compose(f"method={method}", *overrides)
     torch.manual_seed(0)
-    backbone = bb.load_model(cfg.backbone)
+    backbone = duplication.load(cfg)
     model = METHODS[method].build(backbone, cfg.method, get_tasks(["sst2"])).to(device).train()
     return model, optimizer_for(model, cfg.train, device), cfg
 
