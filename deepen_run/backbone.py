@@ -76,6 +76,17 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def depth(cfg) -> int:
+    """The backbone's layer count from its config file alone (no weights load)."""
+    if not cfg.pretrained:
+        return cfg.num_hidden_layers
+    kw = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    try:  # a cached Hub config reads without the network (the preflight already found it)
+        return AutoConfig.from_pretrained(resolve(cfg.path), local_files_only=True, **kw).num_hidden_layers
+    except (OSError, ValueError):
+        return AutoConfig.from_pretrained(resolve(cfg.path), **kw).num_hidden_layers
+
+
 def architecture(cfg):
     kw = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
               num_attention_heads=cfg.num_attention_heads, intermediate_size=cfg.intermediate_size,

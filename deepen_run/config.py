@@ -39,6 +39,11 @@ class BackboneConfig:
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
     pad_token_id: int = 0
+    # Layer duplication, a step on the loaded backbone before any method builds (deepen_run/duplication.py):
+    # 0-based layers copied right after themselves; an index listed twice gets two copies.
+    duplicate_layers: list[int] = field(default_factory=list)
+    # Dev examples per task for duplicate/cosine_before_finetune (when layers were duplicated).
+    cosine_samples: int = 256
 
 
 @dataclass

@@ -7,6 +7,8 @@
   metrics hire/<task>/layer_<j>   the mean importances, for comparing runs in the MLflow UI
 
 Layer j is the backbone's hidden_states[j]: layer_0 is the embedding output, layer_L the last layer.
+On a duplicated backbone (backbone.duplicate_layers) layers keep their original numbers and a copy
+is marked: 3' (CSV column layer_3', metric layer_3_copy1), a second copy 3'' (layer_3_copy2).
 """
 from __future__ import annotations
 
@@ -58,7 +60,8 @@ def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str):
     im = ax.imshow(v, cmap="RdBu_r", norm=TwoSlopeNorm(uniform, max(0.0, uniform - span), uniform + span), aspect="auto")
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows, fontsize=8 if len(rows) > 8 else 10)
-    ax.set(xlabel="backbone layer (0 = embeddings)", ylabel=ylabel, title=title)
+    copies = "; 3' = a copy of 3" if any("'" in c for c in cols) else ""
+    ax.set(xlabel=f"backbone layer (0 = embeddings{copies})", ylabel=ylabel, title=title)
     for i in range(v.shape[0]):
         for j in range(v.shape[1]):
             ax.text(j, i, f"{v[i, j]:.3f}", ha="center", va="center", fontsize=7,
@@ -72,8 +75,8 @@ def record(model, ctx) -> None:
     if not ctx.accelerator.is_main_process:
         return  # the tracker only writes on the main process; the others would compute for nothing
     sample = model.cfg.report_examples
-    cols = [str(j) for j in model.layer_ids]
-    names = model.layer_names
+    cols = model.layer_labels
+    names = [f"layer_{c}" for c in cols]  # CSV columns; metrics use the quote-free model.layer_names
     means, example_rows = {}, []
     was_training = model.training
     model.eval()
@@ -98,4 +101,5 @@ def record(model, ctx) -> None:
                   f"HIRE mean layer importance on dev ({model.cfg.importance})", "task")
     ctx.tracker.log_figure(fig, "hire/importance.png")
     plt.close(fig)
-    ctx.tracker.log_metrics({f"hire/{t}/{nm}": float(x) for t, m in means.items() for nm, x in zip(names, m)}, 0)
+    ctx.tracker.log_metrics({f"hire/{t}/{nm}": float(x) for t, m in means.items()
+                             for nm, x in zip(model.layer_names, m)}, 0)

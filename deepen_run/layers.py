@@ -1,7 +1,8 @@
 """Surgery on an encoder's layer stack: find it, duplicate layers in it, or run it reordered.
 
 Works on any Hugging Face encoder that keeps its layers in `base_model.encoder.layer`, a
-ModuleList (BERT, RoBERTa, MiniLM). Shared by method=duplicate and the redundancy probe.
+ModuleList (BERT, RoBERTa, MiniLM). Shared by the duplication step (deepen_run/duplication.py,
+`backbone.duplicate_layers`, method=duplicate) and the redundancy probe.
 """
 from __future__ import annotations
 
@@ -41,17 +42,20 @@ def _renumber(layers: nn.ModuleList, config) -> None:
     config.num_hidden_layers = len(layers)
 
 
-def duplicate(backbone: nn.Module, indices: Sequence[int]) -> list[int]:
+def duplicate(backbone: nn.Module, indices: Sequence[int], what: str = "method.layers") -> list[int]:
     """Insert an independent deep copy of layer i right after layer i, for each i in `indices`
     (an index listed twice gets two copies). No weights change, nothing is trained.
 
-    Returns, for each position of the new stack, the original index it came from.
+    Returns, for each position of the new stack, the original index it came from; the backbone
+    keeps that list as `layer_sources` (see sources()), so methods can name the copies.
     """
     layers = encoder_layers(backbone)
     depth = len(layers)
-    check_indices(indices, depth)
+    check_indices(indices, depth, what)
+    # Duplicating twice composes: positions refer to the current stack, sources to the original.
+    before = sources(backbone)
     copies = {i: list(indices).count(i) for i in set(indices)}
-    sources = [i for i in range(depth) for _ in range(1 + copies.get(i, 0))]
+    order = [i for i in range(depth) for _ in range(1 + copies.get(i, 0))]
     new = []
     for i in range(depth):
         new.append(layers[i])
@@ -60,9 +64,38 @@ def duplicate(backbone: nn.Module, indices: Sequence[int]) -> list[int]:
     encoder_layers_parent(backbone).layer = nn.ModuleList(new)
     config = backbone.config
     if isinstance(getattr(config, "layer_types", None), list) and len(config.layer_types) == depth:
-        config.layer_types = [config.layer_types[s] for s in sources]
+        config.layer_types = [config.layer_types[s] for s in order]
     _renumber(encoder_layers(backbone), config)
-    return sources
+    backbone.layer_sources = [before[s] for s in order]
+    return list(backbone.layer_sources)
+
+
+def sources(backbone: nn.Module) -> list[int]:
+    """For each position of the layer stack, the original (0-based) layer it is, or is a copy of."""
+    found = getattr(backbone, "layer_sources", None)
+    return list(found) if found is not None else list(range(backbone.config.num_hidden_layers))
+
+
+def original_positions(sources: Sequence[int]) -> list[int]:
+    """Positions of the original layers in a deepened stack (the first of each run of one source):
+    running only these reproduces the pretrained model exactly."""
+    return [p for p, s in enumerate(sources) if p == 0 or sources[p - 1] != s]
+
+
+def hidden_state_labels(sources: Sequence[int]) -> list[str]:
+    """Labels of hidden_states[0..L'] in the original numbering: "0" the embeddings, "j" the output of
+    original layer j (1-based), "j'" its first copy, "j''" the second."""
+    labels, seen = ["0"], {}
+    for s in sources:
+        labels.append(f"{s + 1}" + "'" * seen.get(s, 0))
+        seen[s] = seen.get(s, 0) + 1
+    return labels
+
+
+def metric_label(label: str) -> str:
+    """An MLflow-safe form of a hidden_state_labels entry (no quotes): 3 -> layer_3, 3'' -> layer_3_copy2."""
+    copies = label.count("'")
+    return f"layer_{label.rstrip(chr(39))}" + (f"_copy{copies}" if copies else "")
 
 
 def encoder_layers_parent(backbone: nn.Module) -> nn.Module:

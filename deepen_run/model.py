@@ -67,10 +67,13 @@ def count(module: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in seen.values())
 
 
-def param_report(model: nn.Module, backbone_params: int) -> dict[str, float]:
-    """Sizes for params/*: method = what the method added on top of the backbone, heads excluded."""
+def param_report(model: nn.Module, backbone_params: int, duplicated: int = 0) -> dict[str, float]:
+    """Sizes for params/*, which add up to params/total: backbone = the pretrained backbone as
+    loaded, duplicated = the layer copies (backbone.duplicate_layers / method=duplicate), method =
+    what the method added on top of the (deepened) backbone, heads. ratio = total / backbone."""
     total = count(model)
     heads = count(model.heads) if hasattr(model, "heads") else 0
-    return {"params/backbone": backbone_params, "params/method": total - backbone_params - heads,
+    return {"params/backbone": backbone_params, "params/duplicated": duplicated,
+            "params/method": total - backbone_params - duplicated - heads,
             "params/heads": heads, "params/total": total, "params/trainable": count(model, True),
             "params/ratio": total / backbone_params}

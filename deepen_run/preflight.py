@@ -36,6 +36,9 @@ def check(cfg) -> list[TaskSpec]:
 
     bb.preflight(cfg.backbone)
     seq_length(cfg)
+    from deepen_run import duplication
+
+    duplication.check(cfg)  # backbone.duplicate_layers against the depth in the config file, for every method
     method_checks(cfg, tasks)
     return tasks
 

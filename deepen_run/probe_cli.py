@@ -4,7 +4,8 @@ A second Hydra app on the same conf/ groups (backbone, task) and the same data/t
 deepen-run (primary config conf/probe.yaml). For every layer it removes it, and separately
 duplicates it, and measures the final hidden states against the unmodified model on real dev
 inputs (deepen_run/probe.py). Records one MLflow run (tag probe=true): probe/redundancy.csv,
-probe/redundancy.png, per-layer metrics; prints the table and the suggested method.layers.
+probe/redundancy.png, per-layer metrics; prints the table and the suggested layers as the override to paste
+(`backbone.duplicate_layers=[i,j]`, with any method).
 """
 from __future__ import annotations
 
@@ -183,8 +184,9 @@ def run(cfg) -> list[dict]:
                                 r["layer"])
         extra = {} if math.isnan(ref_acc) else {"probe/mlm_acc_reference": ref_acc}
         tracker.log_metrics({"probe/num_examples": n, "probe/runtime_s": time.time() - t0, **extra}, 0)
-        advice = (f"suggested: method.layers=[{','.join(map(str, suggested))}] (the {len(suggested)} layers whose "
-                  "duplication moves the final hidden states least: highest cos_duplicated)")
+        # The override exactly as deepen-run takes it, so it can be pasted after any method.
+        advice = (f"suggested: backbone.duplicate_layers=[{','.join(map(str, suggested))}] (the {len(suggested)} "
+                  "layers whose duplication moves the final hidden states least: highest cos_duplicated)")
         text = table(rows, ref_acc) + ("" if mlm is not None else f"\nmlm_acc: empty, {note}") + "\n" + advice
         tracker.log_text(text + "\n", "probe/summary.txt")
         tracker.set_tags({"probe.suggested_layers": str(suggested)} | ({"probe.mlm_note": note} if note else {}))

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from deepen_run import backbone as bb
 from deepen_run import checkpoint as ck
 from deepen_run import data as gd
+from deepen_run import duplication
 from deepen_run import metrics as glue_metrics
 from deepen_run import submission
 from deepen_run.context import RunContext
@@ -63,8 +64,9 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     backbone = bb.load_model(cfg.backbone)
     backbone_config = backbone.config.to_dict()
     backbone_params = count(backbone)
+    duplication.apply(backbone, cfg)  # before any method builds: every method sees the deeper encoder
     model = method.build(backbone, cfg.method, tasks)
-    sizes = param_report(model, backbone_params)
+    sizes = param_report(model, backbone_params, count(backbone) - backbone_params)
     sizes["model/num_layers"] = getattr(model.backbone.config, "num_hidden_layers", 0)
 
     before = tracker.status(run_id) if run_id else ""
@@ -106,7 +108,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
 
 
 def size_summary(s: dict) -> str:
-    return (f"params: backbone {s['params/backbone']:,}  method {s['params/method']:,}  heads "
+    dup = f"  duplicated {s['params/duplicated']:,}" if s.get("params/duplicated") else ""
+    return (f"params: backbone {s['params/backbone']:,}{dup}  method {s['params/method']:,}  heads "
             f"{s['params/heads']:,}  total {s['params/total']:,}  trainable {s['params/trainable']:,}  "
             f"ratio {s['params/ratio']:.4f}x  layers {s['model/num_layers']}")
 
@@ -125,6 +128,7 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
     eval_specs = {name: d.spec for d in data.values() for name in d.dev}
     task_of = {name: s.name for name, s in eval_specs.items()}
     ctx = RunContext(cfg, tasks, data, tok, tracker, accelerator, backbone_config)
+    duplication.record(model.backbone, ctx)
     if hasattr(method, "after_build"):
         method.after_build(model, ctx)
 

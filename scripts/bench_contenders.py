@@ -22,6 +22,7 @@ from transformers import (AutoModelForSequenceClassification, DataCollatorWithPa
 
 from deepen_run import backbone as bb
 from deepen_run import data as gd
+from deepen_run import duplication
 from deepen_run import metrics as glue_metrics
 from deepen_run.fast import enable_tf32, fused_adamw_ok, make_accelerator, resolve_precision
 from deepen_run.methods import METHODS
@@ -35,7 +36,7 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def baseline_model(cfg, tasks, init_state=None):
-    model = METHODS["baseline"].build(bb.load_model(cfg.backbone), cfg.method, tasks)
+    model = METHODS["baseline"].build(duplication.load(cfg), cfg.method, tasks)
     if init_state is not None:
         model.load_state_dict(init_state)
     return model

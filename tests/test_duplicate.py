@@ -1,13 +1,15 @@
-"""method=duplicate: layer surgery contracts on a tiny random BERT, and one short MiniLM run."""
+"""method=duplicate (the baseline on a backbone deepened by deepen_run/duplication.py): layer surgery
+contracts on a tiny random BERT, and one short MiniLM run."""
 import pytest
 import torch
 from transformers import AutoModel
 
 from conftest import cli, make_cfg, runs_of
 from deepen_run import backbone as bb
+from deepen_run import duplication
 from deepen_run.errors import UserError
 from deepen_run.glue import get_tasks
-from deepen_run.layers import layer_order
+from deepen_run.layers import layer_order, original_positions, sources
 from deepen_run.methods import duplicate
 from deepen_run.runner import check
 
@@ -17,8 +19,14 @@ def build(layers, seed=0):
     torch.manual_seed(seed)
     backbone = bb.load_model(cfg.backbone)
     original = [{k: v.clone() for k, v in layer.state_dict().items()} for layer in backbone.encoder.layer]
+    duplication.apply(backbone, cfg)  # the runner's step before any method builds
     model = duplicate.build(backbone, cfg.method, get_tasks(["sst2"]))
     return model, original
+
+
+def positions(model):
+    """Positions of the original layers in the deeper stack, from the source list the backbone carries."""
+    return original_positions(sources(model.backbone))
 
 
 def inputs(B=3, T=9):
@@ -41,7 +49,7 @@ def test_depth_copies_and_bookkeeping():
     # New stack: 0, copy of 0, 1, copy of 1; originals keep their pretrained weights.
     for pos, src in enumerate([0, 0, 1, 1]):
         assert all(torch.equal(layers[pos].state_dict()[k], v) for k, v in original[src].items())
-    assert model.original_positions == [0, 2]
+    assert positions(model) == [0, 2]
     # Parameters are not shared between a layer and its copy.
     ptrs = [{p.data_ptr() for p in layer.parameters()} for layer in layers]
     assert not ptrs[0] & ptrs[1] and not ptrs[2] & ptrs[3]
@@ -54,7 +62,7 @@ def test_listing_a_layer_twice_gives_two_copies():
     assert len(layers) == 4
     assert same(layers[1], layers[2]) and same(layers[1], layers[3])
     assert len({id(layers[i]) for i in (1, 2, 3)}) == 3
-    assert model.original_positions == [0, 1]
+    assert positions(model) == [0, 1]
 
 
 def test_original_positions_reproduce_the_pretrained_model():
@@ -65,7 +73,7 @@ def test_original_positions_reproduce_the_pretrained_model():
         want = plain(**x).last_hidden_state
     model, _ = build([0, 1, 1])
     model.eval()
-    with torch.no_grad(), layer_order(model.backbone, model.original_positions):
+    with torch.no_grad(), layer_order(model.backbone, positions(model)):
         got = model.backbone(**x).last_hidden_state
         assert model.backbone.config.num_hidden_layers == 2
     assert torch.allclose(got, want, atol=1e-6)
@@ -136,4 +144,6 @@ def test_minilm_run_records_depth_and_cosine(glue_dir, mlflow_uri):
     assert 0.5 < m["duplicate/cosine_before_finetune"] < 0.9999
     assert run.data.tags["method"] == "duplicate" and run.data.tags["duplicate.layers"] == "[2]"
     assert "eval/sst2/accuracy" in m
-    assert m["params/method"] == 1774464  # one MiniLM layer: attention 4*(384*384+384) + 2 LN + FFN
+    # The copies are counted apart from what a method adds (params/method: nothing, as the baseline).
+    assert m["params/duplicated"] == 1774464  # one MiniLM layer: attention 4*(384*384+384) + 2 LN + FFN
+    assert m["params/method"] == 0

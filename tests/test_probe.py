@@ -145,10 +145,10 @@ def test_deepen_probe_on_minilm(glue_dir, mlflow_uri):
     assert all(-1 <= float(r["cos_removed"]) <= 1 and -1 <= float(r["cos_duplicated"]) <= 1 for r in table)
     # The pip MiniLM ships no MLM head: empty columns, and the output says why.
     assert all(r["mlm_acc_removed"] == "" for r in table)
-    assert "without its pretrained MLM head" in res.stdout and "suggested: method.layers=[" in res.stdout
+    assert "without its pretrained MLM head" in res.stdout and "suggested: backbone.duplicate_layers=[" in res.stdout
     assert run.info.status == "FINISHED" and run.data.tags["probe"] == "true"
     assert "bare encoder" in run.data.tags["probe.mlm_note"]
-    printed = res.stdout.split("method.layers=")[1].split(" ")[0]
+    printed = res.stdout.split("backbone.duplicate_layers=")[1].split(" ")[0]
     assert run.data.tags["probe.suggested_layers"] == printed.replace(",", ", ")
     assert {"probe/redundancy.csv", "probe/redundancy.png", "probe/summary.txt"} <= \
         {a.path for a in client.list_artifacts(run.info.run_id, "probe")}

@@ -1,49 +1,18 @@
 """Layer duplication (Kao et al. 2020, arXiv 2001.09309): copy some pretrained layers, untrained,
 right after themselves, then fine-tune the deeper model like the baseline.
 
-`layers` lists 0-based indices; an index listed twice gets two copies. The backbone's config
-records the new depth, so the fine-tuned backbone saves and reloads with save_pretrained /
-from_pretrained. Before training, after_build logs how far the copy step moved the output
-(`duplicate/cosine_before_finetune`, see deepen_run/probe.py for the exact measure).
+The copying is a step on the backbone (deepen_run/duplication.py, `backbone.duplicate_layers`),
+applied by the runner before any method builds; this method is the baseline on that backbone, and
+`method.layers` the original spelling of the same list, kept so existing commands and runs stay
+valid: `method=duplicate 'method.layers=[2,3]'` and `method=baseline 'backbone.duplicate_layers=[2,3]'`
+are the same run (same RNG stream, same metrics). Giving both lists is an error.
 """
 from __future__ import annotations
 
-import torch
-
-from deepen_run import layers as surgery
-from deepen_run.methods.duplicate_config import Config, backbone_depth, check  # noqa: F401 (the contract)
+from deepen_run.methods.duplicate_config import Config  # noqa: F401 (the contract)
 from deepen_run.model import EncoderClassifier
 
 
 def build(backbone, cfg: Config, tasks):
-    sources = surgery.duplicate(backbone, list(cfg.layers))
-    model = EncoderClassifier(backbone, tasks, pooling=cfg.pooling)
-    # Positions of the original layers in the deeper stack: running only these reproduces the
-    # pretrained model exactly, with no second copy of its weights kept around.
-    model.original_positions = [p for p, s in enumerate(sources) if p == 0 or sources[p - 1] != s]
-    return model
-
-
-@torch.no_grad()
-def after_build(model, ctx) -> None:
-    from deepen_run import probe
-
-    mcfg = ctx.cfg.method
-    sets = []
-    for d in ctx.data.values():
-        dev = next(iter(d.dev.values()))
-        n = min(mcfg.cosine_samples, len(dev))
-        sets.append(dev.shuffle(seed=ctx.cfg.seed).select(range(n)))
-    batches = probe.sample_batches(sets, ctx.tokenizer, ctx.cfg.train.eval_batch_size)
-    backbone = model.backbone.to(ctx.accelerator.device)
-    was_training = backbone.training
-    backbone.eval()  # dropout off: measure the function, not the noise
-    with surgery.layer_order(backbone, model.original_positions):
-        ref = probe.final_hidden(backbone, batches)
-    cos = probe.mean_cosine(ref, probe.final_hidden(backbone, batches), batches)
-    backbone.train(was_training)
-    ctx.tracker.log_metrics({"duplicate/cosine_before_finetune": cos,
-                             "model/num_layers": backbone.config.num_hidden_layers}, 0)
-    ctx.tracker.set_tags({"duplicate.layers": str(list(mcfg.layers))})
-    print(f"duplicate: layers {list(mcfg.layers)} -> {backbone.config.num_hidden_layers} layers; "
-          f"cosine to the original before fine-tuning {cos:.4f}")
+    # The backbone arrives deepened (duplication.apply): nothing left to do but the baseline.
+    return EncoderClassifier(backbone, tasks, pooling=cfg.pooling)

@@ -16,6 +16,8 @@ from typing import Optional
 import torch
 from torch import nn
 
+from deepen_run import layers as surgery
+from deepen_run.errors import UserError
 from deepen_run.methods.hire_config import Config, check, check_method  # noqa: F401 (the method's contract)
 from deepen_run.model import TaskHeads, pool
 
@@ -119,6 +121,8 @@ class HireClassifier(nn.Module):
         if d % 2:
             raise UserError(f"method=hire splits hidden size {d} over two GRU directions; it must be even")
         self.backbone, self.cfg = backbone, cfg
+        # hidden_states labels in the original numbering, a duplicated layer's copy as 3' (layers.duplicate).
+        self.labels = surgery.hidden_state_labels(surgery.sources(backbone))
         fixed = fixed_weights(cfg, len(self.layer_ids))
         keys = ["shared"] if cfg.shared else [t.name for t in tasks]
         self.hire = nn.ModuleDict({k: Hire(d, cfg, fixed) for k in keys})
@@ -126,8 +130,14 @@ class HireClassifier(nn.Module):
         self.heads = TaskHeads(tasks, d, dropout)
 
     @property
+    def layer_labels(self) -> list[str]:
+        """Figure / CSV labels of the extractor's layers: "3", a copy of it "3'", a second copy "3''"."""
+        return [self.labels[j] for j in self.layer_ids]
+
+    @property
     def layer_names(self) -> list[str]:
-        return [f"layer_{j}" for j in self.layer_ids]
+        """MLflow-safe names (no quotes): layer_3, layer_3_copy1."""
+        return [surgery.metric_label(label) for label in self.layer_labels]
 
     def features(self, task, input_ids, attention_mask, token_type_ids=None):
         """-> pooled sentence vectors (B, d), importances (B, J)."""
