@@ -78,6 +78,9 @@ class TrainConfig:
     batch_size: int = 32
     eval_batch_size: int = 128
     learning_rate: float = 2e-5
+    # Parameters that start from scratch (everything outside model.backbone: heads, HIRE's GRUs,
+    # PALs) train at this multiple of learning_rate, alike for every method (train.optimizer_for).
+    new_params_lr_scale: float = 1.0
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     lr_scheduler: str = "linear"

@@ -10,7 +10,8 @@ from deepen_run import tsv
 from deepen_run.errors import UserError
 from deepen_run.glue import TaskSpec, get_tasks
 
-POSITIVE = ("learning_rate", "batch_size", "eval_batch_size", "gradient_accumulation_steps", "log_every")
+POSITIVE = ("learning_rate", "new_params_lr_scale", "batch_size", "eval_batch_size", "gradient_accumulation_steps",
+            "log_every")
 NON_NEGATIVE = ("save_every", "eval_every", "max_grad_norm", "weight_decay")
 PRECISIONS = ("auto", "no", "fp16", "bf16")  # auto: bf16 on a bf16 GPU, else fp32 (deepen_run/fast.py)
 
