@@ -48,10 +48,16 @@ def numbers(cfg) -> None:
         raise UserError(f"train.warmup_ratio={t.warmup_ratio} must be in [0, 1]")
     if t.mixed_precision not in PRECISIONS:
         raise UserError(f"train.mixed_precision={t.mixed_precision!r}; choose from {', '.join(PRECISIONS)}")
+    for key in ("steps_per_epoch", "steps_per_task"):
+        if getattr(t, key) is not None and getattr(t, key) <= 0:
+            raise UserError(f"train.{key}={getattr(t, key)} must be positive (or null)")
     if t.max_steps <= 0 and not t.num_epochs > 0:
         raise UserError("set train.max_steps or train.num_epochs to a positive number")
     if not cfg.data.max_seq_length > 0:
         raise UserError(f"data.max_seq_length={cfg.data.max_seq_length} must be positive")
+    f = cfg.data.train_fraction
+    if f is not None and not 0 < f <= 1:  # `not` also catches NaN
+        raise UserError(f"data.train_fraction={f} must be in (0, 1] (or null for the whole training set)")
     for key in ("max_train_samples", "max_eval_samples"):
         if getattr(cfg.data, key) is not None and getattr(cfg.data, key) <= 0:
             raise UserError(f"data.{key}={getattr(cfg.data, key)} must be positive (or null for all)")

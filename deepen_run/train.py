@@ -135,7 +135,8 @@ def train(model, optimizer, scheduler, accelerator, loaders: dict, specs: dict, 
             seen = 0
         if on_step is not None:
             on_step(done)
-        if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == total_steps:
+        if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == total_steps or \
+                (tcfg.eval_per_epoch and done % sampler.steps_per_epoch == 0):  # once per epoch, any length
             last_eval = run_eval(done)
             bar.set_postfix(score=f"{last_eval.get('eval/score', float('nan')):.4f}")
     bar.close()
