@@ -49,7 +49,8 @@ def test_fractional_multitask_run_keeps_proportional_sampling(glue_dir, mlflow_u
             f"hydra.run.dir={tmp_path}/run")
     assert r.returncode == 0, r.stderr[-3000:]
     client, (run,) = runs_of(mlflow_uri)
-    assert run.info.status == "FINISHED" and run.data.params["data.train_fraction"] == "0.05"
+    assert run.info.status == "FINISHED" and run.data.params["data.train_fraction"] == "0.05" \
+        and run.data.params["train.new_params_lr_scale"] == "1.0"
     folders = {"sst2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "stsb": "STS-B"}
     full = {t: sum(1 for _ in open(Path(glue_dir, f, "train.tsv"), encoding="utf-8")) - 1 for t, f in folders.items()}
     trained = {t: train_size(n, 0.05, None) for t, n in full.items()}
