@@ -11,24 +11,27 @@ from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parent.parent)
 SCRATCH = os.path.join(tempfile.mkdtemp(prefix="hire-mutations-"), "tree")
-M = [
- ("layer range includes H_L", "range(0 if cfg.include_embeddings else 1, L)", "range(0 if cfg.include_embeddings else 1, L + 1)"),
- ("layer range starts at 2", "range(0 if cfg.include_embeddings else 1, L)", "range(0 if cfg.include_embeddings else 2, L)"),
- ("layer range stops at L-2", "range(0 if cfg.include_embeddings else 1, L)", "range(0 if cfg.include_embeddings else 1, L - 1)"),
- ("embeddings always read", "range(0 if cfg.include_embeddings else 1, L)", "range(0 if cfg.include_embeddings else 0, L)"),
- ("embeddings never read", "range(0 if cfg.include_embeddings else 1, L)", "range(1 if cfg.include_embeddings else 1, L)"),
- ("stack hs[j + 1]", "torch.stack([hs[j] for j in self.layer_ids])", "torch.stack([hs[j + 1] for j in self.layer_ids])"),
- ("R = hs[-2]", "block(layers, hs[-1], attention_mask)", "block(layers, hs[-2], attention_mask)"),
- ("R = A", "torch.cat([last, a, last + a, last * a], dim=-1)", "torch.cat([a, a, a + a, a * a], dim=-1)"),
- ("M = [R;A;R-A;R*A]", "torch.cat([last, a, last + a, last * a], dim=-1)", "torch.cat([last, a, last - a, last * a], dim=-1)"),
- ("M = [A;R;R+A;R*A]", "torch.cat([last, a, last + a, last * a], dim=-1)", "torch.cat([a, last, last + a, last * a], dim=-1)"),
- ("M = [R;A;R*A;R+A]", "torch.cat([last, a, last + a, last * a], dim=-1)", "torch.cat([last, a, last * a, last + a], dim=-1)"),
- ("M = [R;A;R+A;R+A]", "torch.cat([last, a, last + a, last * a], dim=-1)", "torch.cat([last, a, last + a, last + a], dim=-1)"),
- ("softmax over the batch", ".view(J, B).t().softmax(dim=-1)", ".view(J, B).t().softmax(dim=0)"),
- ("softmax missing", ".view(J, B).t().softmax(dim=-1)", ".view(J, B).t()"),
- ("scores reshaped (B, J)", ".view(J, B).t().softmax(dim=-1)", ".view(B, J).softmax(dim=-1)"),
- ("mean summary over padding", "s = out.sum(1) / lengths.unsqueeze(-1).to(out.dtype)", "s = out.mean(1)"),
- ("A from alpha transposed layers", 'torch.einsum("bj,jbtd->btd"', 'torch.einsum("bj,jbtd->bjd"'),
+RANGE = "range(0 if cfg.include_embeddings else 1, L)"
+CAT = "torch.cat([last, a, last + a, last * a], dim=-1)"
+SOFTMAX = ".view(J, B).t().softmax(dim=-1)"
+M = [  # (what, original text in hire.py, its slip)
+    ("layer range includes H_L", RANGE, RANGE.replace(", L)", ", L + 1)")),
+    ("layer range starts at 2", RANGE, RANGE.replace("else 1", "else 2")),
+    ("layer range stops at L-2", RANGE, RANGE.replace(", L)", ", L - 1)")),
+    ("embeddings always read", RANGE, RANGE.replace("else 1", "else 0")),
+    ("embeddings never read", RANGE, RANGE.replace("(0 if", "(1 if")),
+    ("stack hs[j + 1]", "[hs[j] for j in self.layer_ids]", "[hs[j + 1] for j in self.layer_ids]"),
+    ("R = hs[-2]", "block(layers, hs[-1], attention_mask)", "block(layers, hs[-2], attention_mask)"),
+    ("R = A", CAT, "torch.cat([a, a, a + a, a * a], dim=-1)"),
+    ("M = [R;A;R-A;R*A]", CAT, CAT.replace("last + a", "last - a")),
+    ("M = [A;R;R+A;R*A]", CAT, CAT.replace("[last, a,", "[a, last,")),
+    ("M = [R;A;R*A;R+A]", CAT, "torch.cat([last, a, last * a, last + a], dim=-1)"),
+    ("M = [R;A;R+A;R+A]", CAT, CAT.replace("last * a", "last + a")),
+    ("softmax over the batch", SOFTMAX, ".view(J, B).t().softmax(dim=0)"),
+    ("softmax missing", SOFTMAX, ".view(J, B).t()"),
+    ("scores reshaped (B, J)", SOFTMAX, ".view(B, J).softmax(dim=-1)"),
+    ("mean summary over padding", "s = out.sum(1) / lengths.unsqueeze(-1).to(out.dtype)", "s = out.mean(1)"),
+    ("A from alpha transposed layers", 'torch.einsum("bj,jbtd->btd"', 'torch.einsum("bj,jbtd->bjd"'),
 ]
 env = {**os.environ, "PYTHONPATH": SCRATCH}
 results = []
@@ -39,7 +42,8 @@ for name, old, new in M:
     s = open(p).read()
     assert s.count(old) == 1, (name, s.count(old))
     open(p, "w").write(s.replace(old, new))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_hire_reference.py"],
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "tests/test_hire_reference.py"],
                        cwd=SCRATCH, env=env, capture_output=True, text=True, timeout=600)
     tail = r.stdout.strip().splitlines()[-1]
     results.append((name, r.returncode, tail))
