@@ -65,6 +65,10 @@ class ScheduleConfig:
 class DataConfig:
     # Folder of original GLUE TSVs (<TASK>/train.tsv ...); null = the Hub's nyu-mll/glue.
     glue_dir: Optional[str] = "${oc.env:DEEPEN_GLUE_DIR,null}"
+    # A seeded random fraction of each task's training set (null = all), so a small multi-task
+    # run keeps the tasks' size ratios (and the schedules their meaning); applied before
+    # max_train_samples, which still caps every task alike.
+    train_fraction: Optional[float] = None
     max_train_samples: Optional[int] = None
     max_eval_samples: Optional[int] = None
     max_seq_length: int = 128
@@ -83,9 +87,15 @@ class TrainConfig:
     # Length of one multi-task "epoch" in steps (PALs: 300 x n_tasks); null = one pass over
     # every task's training set. Ignored for a single task.
     steps_per_epoch: Optional[int] = None
+    # Or per task: epoch = steps_per_task x n_tasks, so a preset follows its task list
+    # (pals_glue: 300). steps_per_epoch, when set, wins.
+    steps_per_task: Optional[int] = None
     batch_size: int = 32
     eval_batch_size: int = 128
     learning_rate: float = 2e-5
+    # Parameters that start from scratch (everything outside model.backbone: heads, HIRE's GRUs,
+    # PALs) train at this multiple of learning_rate, alike for every method (train.optimizer_for).
+    new_params_lr_scale: float = 1.0
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     lr_scheduler: str = "linear"
@@ -93,6 +103,7 @@ class TrainConfig:
     gradient_accumulation_steps: int = 1
     mixed_precision: str = "auto"  # auto (bf16 on a bf16 GPU, else no) | no | fp16 | bf16 (Accelerate)
     eval_every: int = 0  # steps; 0 = only at the end
+    eval_per_epoch: bool = False  # also evaluate at the end of every epoch (as the sampler counts them)
     log_every: int = 10
     compile: bool = False
     # Checkpoints (deepen_run/checkpoint.py): full state every save_every steps (0 = never),

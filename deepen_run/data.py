@@ -62,6 +62,14 @@ def _subsample(ds: datasets.Dataset, n: Optional[int], seed: int) -> datasets.Da
     return ds.shuffle(seed=seed).select(range(n))
 
 
+def train_size(n: int, fraction: Optional[float], cap: Optional[int]) -> int:
+    """Examples kept out of n: the fraction first (at least one example), then the cap. The same
+    fraction of every task keeps their size ratios, so the sampler's N_i stay meaningful."""
+    if fraction is not None:
+        n = max(1, round(fraction * n))
+    return n if cap is None else min(n, cap)
+
+
 def tokenize(ds: datasets.Dataset, tokenizer, max_len: int, cache_dir: str, tag: str) -> datasets.Dataset:
     """Tokenize once; the result is cached on disk keyed by data, tokenizer and length."""
     key = hashlib.sha1(f"{ds._fingerprint}|{tokenizer.name_or_path}|{len(tokenizer)}|{max_len}|{tag}"
@@ -94,13 +102,13 @@ def _source_key(glue_dir, spec, stem) -> str:
 
 
 def load_task(spec: TaskSpec, dcfg, tokenizer, seed: int, with_train=True, with_test=False) -> TaskData:
-    def get(stem, hub_split, labelled, limit):
+    def get(stem, hub_split, labelled, limit, fraction=None):
         raw = load_raw(spec, dcfg.glue_dir, stem, hub_split, labelled)
         raw = _fingerprinted(raw, _source_key(dcfg.glue_dir, spec, stem))
-        raw = _subsample(raw, limit, seed)
+        raw = _subsample(raw, train_size(len(raw), fraction, limit), seed)
         return tokenize(raw, tokenizer, dcfg.max_seq_length, dcfg.cache_dir, f"{spec.name}-{stem}")
 
-    train = get("train", "train", True, dcfg.max_train_samples) if with_train else None
+    train = get("train", "train", True, dcfg.max_train_samples, dcfg.train_fraction) if with_train else None
     dev = {name: get(stem, hub, True, dcfg.max_eval_samples)
            for name, (stem, hub) in zip(spec.eval_names, spec.dev_splits)}
     test = {}

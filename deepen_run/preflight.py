@@ -17,7 +17,8 @@ from deepen_run.config import PRECISIONS
 from deepen_run.errors import UserError
 from deepen_run.glue import TaskSpec, get_tasks
 
-POSITIVE = ("learning_rate", "batch_size", "eval_batch_size", "gradient_accumulation_steps", "log_every")
+POSITIVE = ("learning_rate", "new_params_lr_scale", "batch_size", "eval_batch_size", "gradient_accumulation_steps",
+            "log_every")
 NON_NEGATIVE = ("save_every", "eval_every", "max_grad_norm", "weight_decay")
 # transformers' SchedulerType values that get_scheduler builds from warmup and total steps alone and
 # that step without a metric (the others need extra kwargs or a loss); tests/test_bad_input.py
@@ -98,8 +99,9 @@ def numbers(cfg) -> None:
         raise UserError(f"train.num_epochs={t.num_epochs} must be a finite number (or set train.max_steps)")
     if t.max_steps <= 0 and not t.num_epochs > 0:
         raise UserError("set train.max_steps or train.num_epochs to a positive number")
-    if t.steps_per_epoch is not None and t.steps_per_epoch <= 0:
-        raise UserError(f"train.steps_per_epoch={t.steps_per_epoch} must be positive (or null)")
+    for key in ("steps_per_epoch", "steps_per_task"):
+        if getattr(t, key) is not None and getattr(t, key) <= 0:
+            raise UserError(f"train.{key}={getattr(t, key)} must be positive (or null)")
     if not 0 <= cfg.seed < 2**32:  # numpy's seed range (accelerate's set_seed seeds numpy too)
         raise UserError(f"seed={cfg.seed} must be in [0, 2**32 - 1]")
     if cfg.data.max_seq_length < MIN_SEQ_LENGTH:
@@ -107,6 +109,9 @@ def numbers(cfg) -> None:
                         "(tokens per example, special tokens included)")
     if cfg.data.num_workers < 0:
         raise UserError(f"data.num_workers={cfg.data.num_workers} must be >= 0 (0 = load in the main process)")
+    f = cfg.data.train_fraction
+    if f is not None and not 0 < f <= 1:  # `not` also catches NaN
+        raise UserError(f"data.train_fraction={f} must be in (0, 1] (or null for the whole training set)")
     for key in ("max_train_samples", "max_eval_samples"):
         if getattr(cfg.data, key) is not None and getattr(cfg.data, key) <= 0:
             raise UserError(f"data.{key}={getattr(cfg.data, key)} must be positive (or null for all)")

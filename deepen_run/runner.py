@@ -26,7 +26,7 @@ from deepen_run.figures import sampling_plot
 from deepen_run.lifecycle import GUARD, provenance, reap_orphans
 from deepen_run.methods import METHODS
 from deepen_run.model import count, param_report
-from deepen_run.sampling import TaskSampler
+from deepen_run.sampling import TaskSampler, epoch_length
 from deepen_run.preflight import check  # noqa: F401 (the pre-flight, also for callers of runner)
 from deepen_run.redact import public_config
 from deepen_run.resume import current_dir, save_run_config
@@ -133,7 +133,7 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
         method.after_build(model, ctx)
 
     per_pass = sum(len(dl) for dl in loaders.values()) // tcfg.gradient_accumulation_steps
-    steps_per_epoch = max(1, per_pass if len(tasks) == 1 else (tcfg.steps_per_epoch or per_pass))
+    steps_per_epoch = epoch_length(tcfg, len(tasks), per_pass)
     total = tcfg.max_steps if tcfg.max_steps > 0 else math.ceil(tcfg.num_epochs * steps_per_epoch)
     sampler = TaskSampler(cfg.schedule, {t: len(d.train) for t, d in data.items()}, steps_per_epoch, total, cfg.seed)
 
@@ -147,6 +147,8 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
     if progress is not None:
         progress["restored"] = True
     dev = {k: accelerator.prepare(v) for k, v in dev.items()}
+    if start == 0:  # the N_i the sampler uses: what is trained on, after train_fraction / max_train_samples
+        tracker.log_metrics({f"data/train_examples/{t}": len(d.train) for t, d in data.items()}, 0)
     if len(tasks) > 1:
         table = sampler.table()
         tracker.log_csv(table, "sampling/probabilities.csv")

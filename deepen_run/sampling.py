@@ -25,6 +25,19 @@ def probabilities(cfg, sizes: dict[str, int], epoch: int, total_epochs: int) -> 
     return dict(zip(sizes, (w / w.sum()).tolist()))
 
 
+def epoch_length(tcfg, n_tasks: int, per_pass: int) -> int:
+    """Steps in one epoch. per_pass: steps for one pass over every task's training set.
+
+    One task: one pass. Several: train.steps_per_epoch if set, else train.steps_per_task x n_tasks
+    (the PALs paper's 300 x n_tasks, which follows the task list), else one pass.
+    """
+    if n_tasks > 1 and tcfg.steps_per_epoch:
+        return max(1, tcfg.steps_per_epoch)
+    if n_tasks > 1 and tcfg.steps_per_task:
+        return max(1, tcfg.steps_per_task * n_tasks)
+    return max(1, per_pass)
+
+
 class TaskSampler:
     """Draws the task of each step; seeded, and resumable from (step) alone."""
 

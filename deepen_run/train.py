@@ -24,13 +24,18 @@ def optimizer_for(model: torch.nn.Module, tcfg, device_type: str) -> torch.optim
     """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor). Fused kernel
     where torch has one (CUDA and CPU): one pass over all tensors instead of many small ops.
 
-    A method may mark parameters it adds from scratch with `p.lr_scale = k` (learning rate k x
-    train.learning_rate, e.g. HIRE's GRUs); the schedule still scales every group alike.
+    One rule for every method, so a comparison between methods treats their new weights alike:
+    every trainable parameter outside `model.backbone` (task heads, HIRE's GRUs and scorer, PALs)
+    starts from scratch and trains at train.new_params_lr_scale x train.learning_rate; the
+    backbone (its pretrained pooler and duplicated layers included) at 1x. The schedule then
+    scales every group alike.
     """
+    scale = tcfg.new_params_lr_scale
+    pretrained = {id(p) for p in model.backbone.parameters()}
     groups: dict[tuple, list] = {}
     for p in model.parameters():
         if p.requires_grad:
-            groups.setdefault((p.ndim >= 2, getattr(p, "lr_scale", 1.0)), []).append(p)
+            groups.setdefault((p.ndim >= 2, 1.0 if id(p) in pretrained else scale), []).append(p)
     params = [{"params": ps, "weight_decay": tcfg.weight_decay if decay else 0.0, "lr": tcfg.learning_rate * k}
               for (decay, k), ps in groups.items()]
     return torch.optim.AdamW(params, lr=tcfg.learning_rate, fused=fused_adamw_ok(device_type))
@@ -124,7 +129,8 @@ def train(model, optimizer, scheduler, accelerator, loaders: dict, specs: dict, 
             seen = 0
         if on_step is not None:
             on_step(done)
-        if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == total_steps:
+        if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == total_steps or \
+                (tcfg.eval_per_epoch and done % sampler.steps_per_epoch == 0):  # once per epoch, any length
             last_eval = run_eval(done)
             bar.set_postfix(score=f"{last_eval.get('eval/score', float('nan')):.4f}")
     bar.close()

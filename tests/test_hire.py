@@ -139,15 +139,19 @@ def test_one_hire_per_task_when_not_shared():
     assert model.hire["sst2"].fuse.layers[0]["fwd"].weight_hh_l0.grad is None
 
 
-def test_new_parameters_learn_faster_than_the_backbone():
-    model, cfg = build("method.lr_scale=10")
-    opt = optimizer_for(model, cfg.train, "cpu")
-    lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
-    lr = cfg.train.learning_rate
-    assert lr_of[id(model.backbone.embeddings.word_embeddings.weight)] == pytest.approx(lr)
-    assert lr_of[id(model.hire["shared"].fuse.layers[1]["bwd"].weight_ih_l0)] == pytest.approx(10 * lr)
-    assert lr_of[id(model.heads["sst2"][1].weight)] == pytest.approx(10 * lr)
-    assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
+def test_new_parameters_follow_the_train_level_rule():
+    # HIRE sets no multiplier of its own: its GRUs, scorer and heads follow train.new_params_lr_scale.
+    assert not hasattr(make_cfg("method=hire").method, "lr_scale")
+    lr = make_cfg().train.learning_rate
+    for scale in (1.0, 10.0):
+        model, cfg = build(f"train.new_params_lr_scale={scale}")
+        opt = optimizer_for(model, cfg.train, "cpu")
+        lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+        assert lr_of[id(model.backbone.embeddings.word_embeddings.weight)] == pytest.approx(lr)
+        assert lr_of[id(model.hire["shared"].fuse.layers[1]["bwd"].weight_ih_l0)] == pytest.approx(scale * lr)
+        assert lr_of[id(model.hire["shared"].extractor.score.weight)] == pytest.approx(scale * lr)
+        assert lr_of[id(model.heads["sst2"][1].weight)] == pytest.approx(scale * lr)
+        assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
 
 
 @pytest.mark.parametrize("override,culprit", [("method.gru_layers=0", "method.gru_layers=0"),

@@ -9,6 +9,7 @@ from deepen_run import backbone as bb
 from deepen_run.glue import get_tasks
 from deepen_run.methods import METHODS
 from deepen_run.model import count, param_report
+from deepen_run.train import optimizer_for
 
 TASKS = ["sst2", "stsb", "rte"]
 
@@ -72,3 +73,30 @@ def test_baseline_adds_nothing_but_heads():
     r = param_report(model, n)
     assert r["params/method"] == 0
     assert r["params/heads"] == (32 * 2 + 2) * 2 + (32 + 1)  # sst2, rte: 2 labels; stsb: 1 output
+
+
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+@pytest.mark.parametrize("method", list(METHODS))
+def test_new_parameters_get_the_same_lr_rule_in_every_method(method, scale):
+    # Fair comparisons: whatever the method, what starts from scratch (everything outside the
+    # backbone: heads, HIRE's GRUs, PALs) trains at lr x scale, the pretrained backbone at lr.
+    extra = ["method.layers=[0]"] if method == "duplicate" else []
+    model, _ = build(method, f"train.new_params_lr_scale={scale}", *extra)
+    tcfg = make_cfg(f"train.new_params_lr_scale={scale}").train
+    lr = tcfg.learning_rate
+    opt = optimizer_for(model, tcfg, "cpu")
+    lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    backbone = {id(p) for p in model.backbone.parameters()}
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    assert len(lr_of) == len(trainable)  # every trainable tensor is in exactly one group
+    new = [n for n, p in trainable if id(p) not in backbone]
+    assert any(n.startswith("heads.") for n in new)
+    for n, p in trainable:
+        want = lr if id(p) in backbone else scale * lr
+        assert lr_of[id(p)] == pytest.approx(want), (n, lr_of[id(p)], want)
+    for head in model.heads.values():
+        assert all(lr_of[id(p)] == pytest.approx(scale * lr) for p in head.parameters())
+    if hasattr(model.backbone, "pooler") and model.backbone.pooler is not None:
+        assert lr_of[id(model.backbone.pooler.dense.weight)] == pytest.approx(lr)  # pretrained
+    method_new = {n.split(".")[0] for n in new} - {"heads"}
+    assert method_new == {"hire": {"hire"}, "pals": {"pals"}}.get(method, set())

@@ -13,7 +13,7 @@ from deepen_run.errors import UserError
 from deepen_run.glue import get_tasks
 from deepen_run.methods import pals
 from deepen_run.model import count, param_report, task_loss
-from deepen_run.sampling import TaskSampler
+from deepen_run.sampling import TaskSampler, epoch_length
 from deepen_run.train import optimizer_for
 
 TASKS = ["sst2", "rte", "stsb"]
@@ -156,14 +156,15 @@ def test_bad_sizes_fail_before_training():
 def test_paper_setup_anneals_from_one_to_point_two():
     cfg = make_cfg("+experiment=pals_glue")
     assert (cfg.backbone.name, cfg.method.name, cfg.schedule.name) == ("bert_base", "pals", "annealed")
-    assert len(cfg.task.names) == 8 and cfg.train.steps_per_epoch == 300 * 8
+    per_epoch = epoch_length(cfg.train, len(cfg.task.names), per_pass=10**6)
+    assert len(cfg.task.names) == 8 and per_epoch == 300 * 8
     assert (cfg.train.learning_rate, cfg.train.batch_size, cfg.train.warmup_ratio) == (2e-5, 32, 0.1)
-    assert cfg.train.eval_every == cfg.train.steps_per_epoch and cfg.data.max_seq_length == 128
+    assert cfg.train.eval_per_epoch and cfg.train.eval_every == 0 and cfg.data.max_seq_length == 128
     # Epochs as the runner counts them: num_epochs x steps_per_epoch steps, cut into epochs.
-    total = math.ceil(cfg.train.num_epochs * cfg.train.steps_per_epoch)
+    total = math.ceil(cfg.train.num_epochs * per_epoch)
     sizes = {"cola": 8551, "sst2": 67349, "mrpc": 3668, "stsb": 5749, "qqp": 363846, "mnli": 392702,
              "qnli": 104743, "rte": 2490}
-    sampler = TaskSampler(cfg.schedule, sizes, cfg.train.steps_per_epoch, total, cfg.seed)
+    sampler = TaskSampler(cfg.schedule, sizes, per_epoch, total, cfg.seed)
     table = sampler.table()
     assert len(table) == 25 and sampler.epoch_of(total - 1) == 25
     assert table[0]["alpha"] == pytest.approx(1.0) and table[-1]["alpha"] == pytest.approx(0.2)
@@ -175,6 +176,16 @@ def test_paper_setup_anneals_from_one_to_point_two():
     for t, p in table[-1].items():
         if t in sizes:
             assert abs(draws.count(t) / 2400 - p) < 4 * math.sqrt(p * (1 - p) / 2400) + 1e-9, t
+
+
+@pytest.mark.parametrize("names,steps", [("[mrpc,rte]", 600), ("[sst2,mrpc,rte]", 900), ("[rte]", 77)])
+def test_paper_setup_epoch_follows_the_task_list(names, steps):
+    # 300 x n_tasks steps per epoch whatever the task list (one task: one pass over its data, 77 here).
+    cfg = make_cfg("+experiment=pals_glue", f"task.names={names}")
+    assert epoch_length(cfg.train, len(cfg.task.names), per_pass=77) == steps
+    # An explicit train.steps_per_epoch (the old key) still wins for several tasks.
+    cfg = make_cfg("+experiment=pals_glue", f"task.names={names}", "train.steps_per_epoch=8")
+    assert epoch_length(cfg.train, len(cfg.task.names), per_pass=77) == (8 if steps != 77 else 77)
 
 
 @pytest.mark.slow  # a BERT-base-sized model

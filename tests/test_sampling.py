@@ -5,6 +5,7 @@ from collections import Counter
 import pytest
 
 from conftest import make_cfg
+from deepen_run.data import train_size
 from deepen_run.sampling import TaskSampler, alpha_at, probabilities
 
 SIZES = {"sst2": 67349, "mrpc": 3668, "rte": 2490, "cola": 8551}
@@ -59,3 +60,18 @@ def test_draws_are_reproducible_after_resume():
     assert [resumed.task(i) for i in range(120, 200)] == seq[120:]
     other = TaskSampler(sched("sqrt"), SIZES, 50, 200, seed=8)
     assert [other.task(i) for i in range(200)] != seq
+
+
+@pytest.mark.parametrize("name", ["proportional", "sqrt", "annealed"])
+def test_a_fraction_keeps_schedules_non_uniform_where_a_cap_flattens_them(name):
+    cfg = sched(name)
+    capped = {t: train_size(n, None, 500) for t, n in SIZES.items()}
+    frac = {t: train_size(n, 0.05, None) for t, n in SIZES.items()}
+    for epoch in (1, 3):  # annealed: alpha 1 in epoch 1, 0.6 in epoch 3 of 5
+        flat = probabilities(cfg, capped, epoch, 5)
+        assert all(p == pytest.approx(1 / len(SIZES)) for p in flat.values())
+        p = probabilities(cfg, frac, epoch, 5)
+        assert max(p.values()) - min(p.values()) > 0.2, p
+        assert max(p, key=p.get) == "sst2" and min(p, key=p.get) == "rte"
+        # The same probabilities as the full data's, up to rounding of the subsample sizes.
+        assert p == pytest.approx(probabilities(cfg, SIZES, epoch, 5), abs=2e-3)

@@ -160,8 +160,6 @@ def build(backbone, cfg: Config, tasks) -> HireClassifier:
     model = HireClassifier(backbone, cfg, tasks)
     for p in model.parameters():
         p.requires_grad_(True)  # end-to-end fine-tuning, as in the paper
-    for p in list(model.hire.parameters()) + list(model.heads.parameters()):
-        p.lr_scale = cfg.lr_scale
     return model
 
 

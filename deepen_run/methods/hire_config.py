@@ -23,9 +23,6 @@ class Config:
     random_seed: int = 0  # seeds importance=random's weights, independent of the run's seed
     shared: bool = True  # one HIRE for all tasks (true) or one per task (false); heads are always per task
     dropout: Optional[float] = None  # head dropout; null = the backbone's hidden_dropout_prob
-    # The GRUs start from scratch while the backbone is pretrained: they learn this many times
-    # faster than train.learning_rate (via the optimizer's per-parameter lr_scale).
-    lr_scale: float = 10.0
     report_examples: int = 16  # dev examples per task whose importances are recorded one by one
 
 
@@ -41,5 +38,5 @@ def check_method(cfg: Config) -> None:
     for key, allowed in (("summary", SUMMARIES), ("pool", POOLS), ("importance", IMPORTANCES)):
         if getattr(cfg, key) not in allowed:
             raise UserError(f"method.{key}={getattr(cfg, key)!r}; choose one of {', '.join(allowed)}")
-    if cfg.report_examples < 0 or cfg.lr_scale <= 0:
-        raise UserError("method.report_examples must be >= 0 and method.lr_scale > 0")
+    if cfg.report_examples < 0:
+        raise UserError(f"method.report_examples={cfg.report_examples} must be >= 0")
