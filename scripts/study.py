@@ -51,7 +51,7 @@ def main() -> None:
         probe = [str(BIN / "deepen-probe"), f"task.names={TASKS}", "probe.suggest=2", "probe.samples=128", "probe.progress=false",
                  f"tracking.uri={a.uri}", f"hydra.run.dir={a.out}/probe-{stamp}"]
         out = sh(probe + (["probe.samples=8"] if a.smoke else []), capture=True)
-        m = re.search(r"suggested: method\.layers=(\[[\d, ]*\])", out)
+        m = re.search(r"suggested: backbone\.duplicate_layers=(\[[\d, ]*\])", out)
         if not m:
             sys.exit("study: deepen-probe printed no suggestion")
         layers = m.group(1)

@@ -2,43 +2,35 @@
 silently break. Jobs are expanded from the preset's hydra.sweeper.params the way Hydra's basic
 sweeper does; each is composed with the compose API, passes the pre-flight checks, and its method
 builds on a tiny random backbone (the real backbones' sizes are checked by the dry runs in the README)."""
-from pathlib import Path
-
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from conftest import make_cfg
-from deepen_run.config import ROOT, Config
+from deepen_run.config import ROOT
+from deepen_run.sweep_check import job_overrides
 
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "study").glob("*.yaml"))
-# Keys the presets use that other branches add (#11, #14): until they are merged, composing fails.
-FUTURE = ["data.train_fraction", "backbone.duplicate_layers", "train.new_params_lr_scale"]
-SCHEMA = OmegaConf.structured(Config)
-MISSING_KEYS = [k for k in FUTURE if k.split(".")[0] != "backbone" and OmegaConf.select(SCHEMA, k, default="?") == "?"]
-if "backbone.duplicate_layers" in FUTURE:
-    from deepen_run.config import BackboneConfig
-    if "duplicate_layers" not in BackboneConfig.__dataclass_fields__:
-        MISSING_KEYS.append("backbone.duplicate_layers")
-needs_merge = pytest.mark.xfail(bool(MISSING_KEYS), reason=f"schema lacks {MISSING_KEYS} (#11/#14 not merged)",
-                                strict=True)
 
 
 def jobs(preset: str) -> list[list[str]]:
+    """Every job of the preset's grid, enumerated as the sweep's own pre-launch check does."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose(config_name="config", overrides=[f"+study={preset}"], return_hydra_config=True)
-    args = [f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()]
-    batches = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)
-    return [[f"+study={preset}", *job] for batch in batches for job in batch]
+    expanded = job_overrides(cfg)
+    assert expanded is not None, f"{preset}: the grid cannot be enumerated"
+    return expanded  # the +study override is part of each job
+
+
+def compose_all(job_list: list[list[str]], *extra: str) -> list:
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        return [compose(config_name="config", overrides=[*job, *extra]) for job in job_list]
 
 
 def test_there_are_presets():
     assert {"cpu_single", "cpu_multi", "paper_single", "paper_multi", "abl_hire", "abl_duplicate", "abl_lr"} <= set(PRESETS)
 
 
-@needs_merge
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_job_of_a_study_preset_composes_and_builds(preset, glue_dir):
     from deepen_run.backbone import load_model
@@ -49,8 +41,7 @@ def test_every_job_of_a_study_preset_composes_and_builds(preset, glue_dir):
     expanded = jobs(preset)
     assert len(expanded) >= 6
     built = set()
-    for job in expanded:
-        cfg = make_cfg(*job, f"data.glue_dir={glue_dir}")
+    for job, cfg in zip(expanded, compose_all(expanded, f"data.glue_dir={glue_dir}")):
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
         numbers(cfg)
         tasks = get_tasks(list(cfg.task.names))
@@ -64,10 +55,9 @@ def test_every_job_of_a_study_preset_composes_and_builds(preset, glue_dir):
         assert sum(p.numel() for p in model.parameters() if p.requires_grad) > 0
 
 
-@needs_merge
 def test_the_cpu_grids_are_the_study():
-    a = [make_cfg(*j) for j in jobs("cpu_single")]
-    b = [make_cfg(*j) for j in jobs("cpu_multi")]
+    a = compose_all(jobs("cpu_single"))
+    b = compose_all(jobs("cpu_multi"))
     assert len(a) == 45 and len(b) == 6
     assert {(c.method.name, bool(OmegaConf.select(c, "backbone.duplicate_layers"))) for c in a} == \
         {("baseline", False), ("hire", False), ("baseline", True)}
