@@ -8,6 +8,11 @@ from deepen_run.model import EncoderClassifier
 
 @dataclass
 class Config:
+    """method=baseline: plain fine-tuning, one linear head per task.
+
+    name: the method (set by method=<option>)
+    pooling: sentence vector: pooler (BERT's pretrained pooler, else cls) | cls | mean | max
+    """
     name: str = "baseline"
     pooling: str = "pooler"  # pooler (BERT's pretrained pooler, else cls) | cls | mean | max
 

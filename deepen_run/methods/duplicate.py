@@ -18,6 +18,13 @@ from deepen_run.model import EncoderClassifier
 
 @dataclass
 class Config:
+    """method=duplicate: copy pretrained layers right after themselves, then fine-tune (Kao et al. 2020).
+
+    name: the method (set by method=<option>)
+    layers: 0-based layer indices to copy, e.g. [2,3]; an index listed twice gets two copies
+    pooling: sentence vector: pooler | cls | mean | max (as the baseline)
+    cosine_samples: dev examples per task for duplicate/cosine_before_finetune
+    """
     name: str = "duplicate"
     layers: list[int] = field(default_factory=list)
     pooling: str = "pooler"  # as the baseline: pooler | cls | mean | max
