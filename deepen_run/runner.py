@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from deepen_run import backbone as bb
 from deepen_run import checkpoint as ck
 from deepen_run import data as gd
-from deepen_run import submission
+from deepen_run import submission, summary
 from deepen_run.context import RunContext
 from deepen_run.fast import make_accelerator
 from deepen_run.figures import sampling_plot
@@ -42,7 +42,7 @@ def run_name(cfg) -> str:
 
 def tags_for(cfg) -> dict[str, str]:
     return {"backbone": cfg.backbone.name, "method": cfg.method.name, "task": "+".join(cfg.task.names),
-            "schedule": cfg.schedule.name, "seed": str(cfg.seed)}
+            "schedule": cfg.schedule.name, "seed": str(cfg.seed), "dry_run": str(bool(cfg.dry_run)).lower()}
 
 
 def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -> float:
@@ -65,7 +65,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     sizes = param_report(model, backbone_params)
     sizes["model/num_layers"] = getattr(model.backbone.config, "num_hidden_layers", 0)
 
-    tracker.start(run_name(cfg), tags_for(cfg) | provenance() | (tags or {}), run_id=run_id)
+    # A dry run records sizes only: its name says so, so it is not mistaken for a result.
+    tracker.start(run_name(cfg) + ("-dry" if cfg.dry_run else ""), tags_for(cfg) | provenance() | (tags or {}), run_id=run_id)
     ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
     status = "FAILED"
     try:
@@ -94,6 +95,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         tracker.end(status)
         if accelerator.is_main_process:
             ck.finish(home, status)
+            if status == "FINISHED":
+                summary.show(tracker, home, status)
 
 
 def size_summary(s: dict) -> str:
@@ -127,7 +130,7 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
     scheduler = scheduler_for(optimizer, tcfg, total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
-    saver = ck.Checkpointer(home, tcfg, accelerator, total)
+    saver = ck.Checkpointer(home, tcfg, accelerator, total, predict=cfg.predict)
     loaders = saver.wrap(loaders, {t: cfg.seed + i for i, t in enumerate(data)})
     start = saver.restore(ck.latest(resume_home) if resume_home else None)
     dev = {k: accelerator.prepare(v) for k, v in dev.items()}
@@ -163,7 +166,6 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
         accelerator.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
     if hasattr(method, "after_train"):
         method.after_train(accelerator.unwrap_model(model), ctx)
-    accelerator.print(" ".join(f"{k}={v:.4f}" for k, v in final.items()))
     return final["eval/score"]
 
 

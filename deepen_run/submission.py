@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from deepen_run.errors import UserError
 from deepen_run.glue import TaskSpec
@@ -44,7 +45,8 @@ def predict(model, accelerator, loader, spec: TaskSpec) -> list:
     """Predictions in the loader's order (the test split's order)."""
     model.eval()
     outs = []
-    for batch in loader:
+    for batch in tqdm(loader, desc=f"predict {spec.name} test", leave=False, dynamic_ncols=True,
+                      disable=not accelerator.is_main_process):
         logits = model(spec.name, **batch_inputs(batch))
         p = logits.squeeze(-1).float() if spec.is_regression else logits.argmax(-1)
         outs.append(accelerator.gather_for_metrics(p).cpu())

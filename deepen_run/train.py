@@ -60,7 +60,8 @@ def evaluate(model, accelerator, dev_loaders: dict, specs: dict) -> tuple[dict, 
     for name, loader in dev_loaders.items():
         spec = specs[name]
         outs, refs = [], []
-        for batch in loader:
+        for batch in tqdm(loader, desc=f"eval {name}", leave=False, dynamic_ncols=True,
+                          disable=not accelerator.is_main_process):
             logits = model(spec.name, **batch_inputs(batch))
             p = logits.squeeze(-1).float() if spec.is_regression else logits.argmax(-1)
             p, r = accelerator.gather_for_metrics((p, batch["labels"]))
