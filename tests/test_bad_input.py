@@ -8,6 +8,8 @@ import pytest
 from conftest import cli
 from deepen_run.methods import METHODS
 
+pytestmark = pytest.mark.slow  # one deepen-run process per case
+
 
 def tsv_dir(tmp: Path, name: str, train: str, dev: str = "sentence\tlabel\ngood\t1\n") -> str:
     root = tmp / name
@@ -55,7 +57,7 @@ def test_bad_input(case, overrides, culprit, glue_dir, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     args = ["backbone=tiny", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.run.dir={run_dir}"]
     args += [o.format(**dirs) for o in overrides]
-    r = cli(*args, timeout=120, env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "OMP_NUM_THREADS": "1"})
+    r = cli(*args, env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "OMP_NUM_THREADS": "1"})
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, r.stderr

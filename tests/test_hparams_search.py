@@ -1,7 +1,10 @@
 """`hparams_search=lr`: the Optuna sweeper (in-memory study) maximising dev eval/score, one child run per trial."""
+import pytest
 import yaml
 
 from conftest import cli, runs_of
+
+pytestmark = pytest.mark.slow
 
 
 def test_optuna_search_runs_trials_as_children(glue_dir, mlflow_uri, tmp_path):

@@ -177,6 +177,7 @@ def test_paper_setup_anneals_from_one_to_point_two():
             assert abs(draws.count(t) / 2400 - p) < 4 * math.sqrt(p * (1 - p) / 2400) + 1e-9, t
 
 
+@pytest.mark.slow
 def test_bert_base_parameter_accounting(mlflow_uri, capsys):
     from deepen_run.runner import run
 

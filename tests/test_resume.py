@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli, runs_of
+from conftest import HANG, cli, isolated, runs_of
 from deepen_run.lifecycle import reap_orphans
 from deepen_run.tracking import Tracker
 
@@ -34,11 +34,11 @@ def args(glue_dir, uri, run_dir, *extra):
 
 def start(*a) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("deepen-run")
-    return subprocess.Popen([str(exe), *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    return subprocess.Popen([str(exe), *isolated(a)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **ENV})
 
 
-def wait_for_checkpoint(proc, run_dir: Path, timeout=300) -> Path:
+def wait_for_checkpoint(proc, run_dir: Path, timeout=HANG) -> Path:
     t0 = time.time()
     while time.time() - t0 < timeout:
         found = sorted((run_dir / "checkpoints").glob("step-*/trainer_state.json"))
@@ -96,7 +96,7 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, glue_dir, tmp_path)
     proc = start(*args(glue_dir, uri, killed))
     first = wait_for_checkpoint(proc, killed)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
+    proc.wait(timeout=HANG)
     state = json.loads((first / "trainer_state.json").read_text())
     assert state["step"] == 20 and state["consumed"] == {"sst2": 20}
     client, (run,) = runs_of(uri, "runs")
@@ -130,7 +130,7 @@ def test_sigterm_ends_killed_with_a_checkpoint(glue_dir, store, tmp_path):
     wait_for_checkpoint(proc, run_dir)
     time.sleep(0.3)  # let it get past the periodic checkpoint: the interrupt saves its own
     proc.send_signal(signal.SIGTERM)
-    err = proc.communicate(timeout=120)[1]
+    err = proc.communicate(timeout=HANG)[1]
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("train:")]
     assert "Traceback" not in err and "stopped by SIGTERM" in lines[-1]

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from conftest import cli, runs_of
+from conftest import HANG, cli, runs_of
 from deepen_run import report
 
 TINY = ["task=rte", "backbone=tiny", "train.max_steps=2", "train.batch_size=8", "train.learning_rate=1e-3",
@@ -28,6 +28,7 @@ def joblib_sweep(tmp_path_factory, glue_dir):
     return uri, r, tmp
 
 
+@pytest.mark.slow
 def test_parallel_sweep_is_one_parent_with_a_finished_child_per_job(joblib_sweep):
     uri, r, _ = joblib_sweep
     client, runs = runs_of(uri)
@@ -52,6 +53,7 @@ def test_parallel_sweep_is_one_parent_with_a_finished_child_per_job(joblib_sweep
     assert "database is locked" not in r.stderr
 
 
+@pytest.mark.slow
 def test_report_cell_is_mean_and_std_of_the_children(joblib_sweep, capsys):
     uri, _, tmp = joblib_sweep
     client, runs = runs_of(uri)
@@ -116,6 +118,7 @@ def _open_store(uri, experiment):
     t.end()
 
 
+@pytest.mark.slow
 def test_processes_opening_a_fresh_sqlite_store_at_once_do_not_race(tmp_path):
     # Without the schema lock, concurrent alembic migrations fail ("duplicate column name").
     import multiprocessing as mp
@@ -125,7 +128,7 @@ def test_processes_opening_a_fresh_sqlite_store_at_once_do_not_race(tmp_path):
     for p in procs:
         p.start()
     for p in procs:
-        p.join(120)
+        p.join(HANG)
     assert [p.exitcode for p in procs] == [0, 0]
     _, runs = runs_of(uri, "race")
     assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
