@@ -5,7 +5,9 @@ MLflow 3 decides an experiment's sidebar from its tag `mlflow.experimentKind` (G
 hides training runs behind "Evaluation runs"); `custom_model_development` is the classic runs table.
 The runs table's columns come from a shared view state: an experiment tag
 `mlflow.sharedViewState.<key>` holding JSON ({"selectedColumns": ...}), opened by the URL parameter
-`viewStateShareKey=<key>` (both read by MLflow's UI bundle). Each run adds its own eval columns.
+`viewStateShareKey=<key>` (both read by MLflow's UI bundle). Each run adds its own eval columns,
+and a sweep job unfolds its parent row so the children's scores show. The UI's own
+"GenAI | Model training" switch follows the URL parameter workflowType=machine_learning.
 """
 from __future__ import annotations
 
@@ -31,27 +33,29 @@ def columns(eval_keys: list[str], before: list[str] | None = None) -> list[str]:
     return FIRST + seen + [c for c in new if c not in seen] + LAST
 
 
-def apply(client, experiment_id: str, eval_keys: list[str] = ()) -> None:
-    """Mark the experiment classic ML and add these eval metrics to its default columns."""
+def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | None = None) -> None:
+    """Mark the experiment classic ML, add these eval metrics to its default columns, unfold `expand`
+    (a sweep's parent run)."""
     exp = client.get_experiment(experiment_id)
     if exp.tags.get(KIND[0]) != KIND[1]:
         client.set_experiment_tag(experiment_id, *KIND)
     try:
-        before = json.loads(exp.tags.get(VIEW_TAG, "{}")).get("selectedColumns", [])
+        old = json.loads(exp.tags.get(VIEW_TAG, "{}"))
     except ValueError:
-        before = []
-    cols = columns(list(eval_keys), before)
-    if cols != before:
-        state = {"selectedColumns": cols, "orderByKey": "attributes.start_time", "orderByAsc": False}
+        old = {}
+    expanded = dict(old.get("runsExpanded", {})) | ({expand: True} if expand else {})
+    state = {"selectedColumns": columns(list(eval_keys), old.get("selectedColumns", [])),
+             "orderByKey": "attributes.start_time", "orderByAsc": False, "runsExpanded": expanded}
+    if state != old:
         client.set_experiment_tag(experiment_id, VIEW_TAG, json.dumps(state))
 
 
 def run_url(base: str, experiment_id: str, run_id: str) -> str:
-    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
 
 
 def table_url(base: str, experiment_id: str) -> str:
-    return f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW}"
+    return f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW}&workflowType=machine_learning"
 
 
 def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = ("deepen-run", "deepen-probe")) -> int:

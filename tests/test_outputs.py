@@ -40,7 +40,7 @@ def test_short_run_keeps_no_weights_and_ends_with_a_summary(glue_dir, mlflow_uri
     out = r.stdout.split("\nrun ")[-1]
     assert out.startswith(f"{run.info.run_name}  FINISHED  (id {run.info.run_id}")
     assert f"eval/score {run.data.metrics['eval/score']:.4f}" in out and "sst2/accuracy" in out
-    assert f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}" in out
+    assert f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs/{run.info.run_id}?workflowType=machine_learning" in out
     assert ("best weights  " + str(run_dir / "checkpoints/best") in out) is kept
     assert "metrics.json" in out and "predictions/" in out
     assert exp.tags[KIND[0]] == KIND[1]
