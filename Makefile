@@ -54,4 +54,4 @@ clean:
 	rm -rf outputs/runs outputs/multiruns outputs/cache
 
 clean-all: clean
-	rm -rf outputs
+	rm -rf outputs/*
