@@ -7,7 +7,7 @@ export DEEPEN_GLUE_DIR ?= $(GLUE)
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: install test demo sweep ui bench lint clean study study-ablations
+.PHONY: install test test-fast demo sweep ui bench lint clean clean-all study study-ablations
 
 $(BIN)/deepen-run: pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -19,8 +19,13 @@ $(BIN)/deepen-run: pyproject.toml
 
 install: $(BIN)/deepen-run
 
+# Everything, what CI runs (tens of minutes on 2 CPU cores); the slowest tests are listed at the end.
 test: install
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=15
+
+# The development loop: unit contracts on the tiny random BERT, no end-to-end or slow runs.
+test-fast: install
+	$(BIN)/pytest -q -m "not e2e and not slow and not subprocess" --durations=5
 
 # HIRE on SST-2, offline MiniLM, a 2000-example subset: a few minutes on a laptop CPU.
 demo: install
@@ -33,12 +38,10 @@ sweep: install
 		train.max_steps=100 train.learning_rate=5e-5 data.max_seq_length=128
 
 UI_PORT ?= 5000
+# Prints the runs table's URL once the server answers; Ctrl-C stops it.
 ui: install
 	@mkdir -p outputs
-	@$(BIN)/python -c "from deepen_run.tracking import runs_table_url as u; \
-		print('MLflow runs table:', u('sqlite:///$(CURDIR)/outputs/mlflow.db', 'deepen-run', 'http://127.0.0.1:$(UI_PORT)'))"
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db \
-		--default-artifact-root $(CURDIR)/outputs/mlartifacts --host 127.0.0.1 --port $(UI_PORT) --workers 1
+	@$(BIN)/python -m deepen_run.ui sqlite:///$(CURDIR)/outputs/mlflow.db $(CURDIR)/outputs/mlartifacts $(UI_PORT)
 
 # Side-by-side with the Hugging Face Trainer, method overheads, length sweep (< 15 min on 2 CPU
 # cores), start-up cost; writes outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run,
@@ -58,5 +61,10 @@ study-ablations: install
 	for s in abl_hire abl_duplicate abl_lr; do $(BIN)/deepen-run -m +study=$$s $(STUDY_ARGS) || exit 1; done
 	$(BIN)/deepen-report --experiment study --out outputs/study/ablations
 
+# Run folders (logs, kept checkpoints) and the tokenization cache; the MLflow store
+# (outputs/mlflow.db, outputs/mlartifacts) is kept: `make clean-all` removes it too.
 clean:
 	rm -rf outputs/runs outputs/multiruns outputs/cache
+
+clean-all: clean
+	rm -rf outputs/*

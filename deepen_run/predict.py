@@ -14,13 +14,17 @@ def batch_inputs(batch: dict) -> dict:
 
 
 @torch.no_grad()
-def predict(model, accelerator, loader, spec, labels: bool = False) -> tuple[list, list]:
+def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | None = None) -> tuple[list, list]:
     """-> (predictions, labels) as lists in the loader's order; labels stays empty unless asked for.
 
     Class ids for classification, float scores for regression. The caller sets eval/train mode.
+    desc: a progress bar (rank 0 only) with this label.
     """
+    from tqdm.auto import tqdm
+
     outs, refs = [], []
-    for batch in loader:
+    bar = tqdm(loader, desc=desc, leave=False, dynamic_ncols=True, disable=desc is None or not accelerator.is_main_process)
+    for batch in bar:
         logits = model(spec.name, **batch_inputs(batch))
         p = logits.squeeze(-1).float() if spec.is_regression else logits.argmax(-1)
         if labels:

@@ -31,6 +31,14 @@ MLM_HEAD_PREFIXES = ("cls.predictions.", "lm_head.")  # BERT, RoBERTa checkpoint
 
 @dataclass
 class ProbeSettings:
+    """probe.*: the layer redundancy probe.
+
+    samples: dev examples per task
+    batch_size: examples per forward pass
+    mlm_probability: tokens masked for the MLM reconstruction accuracy (if the head exists)
+    suggest: how many layers to suggest for method.layers
+    progress: show progress bars
+    """
     samples: int = 256  # dev examples per task
     batch_size: int = 64
     mlm_probability: float = 0.15
@@ -40,6 +48,10 @@ class ProbeSettings:
 
 @dataclass
 class ProbeConfig:
+    """deepen-probe's config.
+
+    seed: random seed (which dev examples and tokens are masked)
+    """
     backbone: BackboneConfig = MISSING
     task: TaskConfig = MISSING
     data: DataConfig = field(default_factory=DataConfig)
@@ -199,12 +211,21 @@ def run(cfg) -> list[dict]:
 
 
 @hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="probe")
-def main(cfg) -> None:
+def _hydra_main(cfg) -> None:
     try:
         run(cfg)
     except UserError as e:
         print(f"deepen-probe: error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def main() -> None:
+    from deepen_run.usage import probe_help, wants_help
+
+    if wants_help(sys.argv):  # our own page (every key, from the schema) instead of Hydra's generic one
+        print(probe_help(ProbeConfig))
+        return
+    _hydra_main()
 
 
 if __name__ == "__main__":

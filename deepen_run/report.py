@@ -152,12 +152,27 @@ def _parse_tags(items: list[str]) -> dict[str, str]:
     return dict(i.split("=", 1) for i in items)
 
 
+def _description() -> str:
+    import textwrap
+
+    first, rest = __doc__.split("\n\n", 1)
+    return first + "\n\n" + textwrap.fill(rest.split("\n\n")[0].replace("\n", " "), 100)
+
+
+EXAMPLES = """Examples:
+  deepen-report                                   every finished run of experiment deepen-run
+  deepen-report --sweep-id <id> --out outputs/report   one sweep (its id is printed at the sweep's end)
+  deepen-report --tag method=hire --tag task=rte  only runs with these tags
+"""
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     from deepen_run.config import TrackingConfig
     from omegaconf import OmegaConf
 
     default = OmegaConf.structured(TrackingConfig)
-    p = argparse.ArgumentParser(prog="deepen-report", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="deepen-report", description=_description(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
     p.add_argument("--uri", default=default.uri, help="MLflow tracking URI (default: %(default)s)")
     p.add_argument("--experiment", default=default.experiment, help="default: %(default)s")
     p.add_argument("--sweep-id", action="append", default=[],

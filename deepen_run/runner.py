@@ -19,7 +19,7 @@ from deepen_run import checkpoint as ck
 from deepen_run import data as gd
 from deepen_run import duplication
 from deepen_run import metrics as glue_metrics
-from deepen_run import submission
+from deepen_run import submission, summary
 from deepen_run.context import RunContext
 from deepen_run.fast import make_accelerator
 from deepen_run.figures import sampling_plot
@@ -45,7 +45,7 @@ def run_name(cfg) -> str:
 
 def tags_for(cfg) -> dict[str, str]:
     return {"backbone": cfg.backbone.name, "method": cfg.method.name, "task": "+".join(cfg.task.names),
-            "schedule": cfg.schedule.name, "seed": str(cfg.seed)}
+            "schedule": cfg.schedule.name, "seed": str(cfg.seed), "dry_run": str(bool(cfg.dry_run)).lower()}
 
 
 def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -> float:
@@ -70,7 +70,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     sizes["model/num_layers"] = getattr(model.backbone.config, "num_hidden_layers", 0)
 
     before = tracker.status(run_id) if run_id else ""
-    tracker.start(run_name(cfg), tags_for(cfg) | provenance() | (tags or {}), run_id=run_id)
+    tracker.start(run_name(cfg) + ("-dry" if cfg.dry_run else ""), tags_for(cfg) | provenance() | (tags or {}), run_id=run_id)
     ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
     if not run_id:
         save_run_config(home, cfg)
@@ -105,6 +105,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         tracker.end(status)
         if accelerator.is_main_process:
             ck.finish(home, status)
+            if status == "FINISHED":
+                summary.show(tracker, home, status)
 
 
 def size_summary(s: dict) -> str:
@@ -141,7 +143,7 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
     scheduler = scheduler_for(optimizer, tcfg, total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
-    saver = ck.Checkpointer(home, tcfg, accelerator, total)
+    saver = ck.Checkpointer(home, tcfg, accelerator, total, predict=cfg.predict)
     loaders = saver.wrap(loaders, {t: cfg.seed + i for i, t in enumerate(data)})
     start = saver.restore(ck.usable(resume_home) if resume_home else None)
     if progress is not None:
@@ -182,7 +184,6 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
         accelerator.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
     if hasattr(method, "after_train"):
         method.after_train(accelerator.unwrap_model(model), ctx)
-    accelerator.print(" ".join(f"{k}={v:.4f}" for k, v in final.items()))
     return final["eval/score"]
 
 

@@ -32,7 +32,7 @@ def write(model, accelerator, tracker, data: dict, tokenizer, batch_size: int, s
     for d in data.values():
         for stem, ds in d.test.items():
             loader = accelerator.prepare(make_loader(ds, tokenizer, batch_size, False, seed))
-            preds, _ = predict(model, accelerator, loader, d.spec)
+            preds, _ = predict(model, accelerator, loader, d.spec, desc=f"predict {stem}")
             tracker.log_text(to_tsv(d.spec, list(ds["idx"]), preds), f"submission/{stem}.tsv")
             rows[stem] = len(preds)
     model.train(was_training)

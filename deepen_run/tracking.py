@@ -95,7 +95,10 @@ def get_experiment_id(client: MlflowClient, uri: str, name: str) -> str:
         return exp.experiment_id
     root = _artifact_root(uri)
     try:
-        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None)
+        from deepen_run.ui import KIND  # the classic runs table, not MLflow 3's GenAI view
+
+        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None,
+                                        tags=dict([KIND]))
     except mlflow.exceptions.MlflowException:
         # Another process of the same sweep created it first.
         return client.get_experiment_by_name(name).experiment_id
@@ -230,17 +233,6 @@ class Tracker:
     def end(self, status: str = "FINISHED") -> None:
         if self.enabled and self.run_id:
             self.client.set_terminated(self.run_id, status=status)
-
-
-def runs_table_url(uri: str, experiment: str, base: str = "http://127.0.0.1:5000") -> str:
-    """MLflow 3's UI opens experiments in its GenAI view; this is the training runs table."""
-    try:
-        exp = MlflowClient(uri).get_experiment_by_name(experiment)
-    except Exception:  # noqa: BLE001 (no store yet: point at the experiment list)
-        exp = None
-    if exp is None:
-        return f"{base}/#/experiments"
-    return f"{base}/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning"
 
 
 def _quote(v: str) -> str:

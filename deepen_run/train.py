@@ -61,7 +61,7 @@ def evaluate(model, accelerator, dev_loaders: dict, specs: dict) -> tuple[dict, 
     model.eval()
     results, preds = {}, {}
     for name, loader in dev_loaders.items():
-        preds[name], refs = predict(model, accelerator, loader, specs[name], labels=True)
+        preds[name], refs = predict(model, accelerator, loader, specs[name], labels=True, desc=f"eval {name}")
         results[name] = glue_metrics.compute(name, preds[name], refs)
     model.train()
     return results, preds

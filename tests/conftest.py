@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,41 @@ def runs_of(uri: str, experiment: str = "deepen-run"):
     return client, client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
 
 
-def cli(*args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run `deepen-run` as a user would, in a fresh process."""
+# Only bounds a hang: a loaded 2-core machine may be many times slower than usual, and
+# `pytest --durations` reports how long tests really take (make test prints the slowest).
+HANG = 3600
+_tmp: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_tmp(tmp_path_factory):
+    """Every command a test starts writes into tmp folders, never into the checkout's outputs/:
+    the test's tmp_path, or (for module/session fixtures) one of the session; the tokenization
+    cache is shared by the session's tests."""
+    _tmp.update(session=tmp_path_factory.mktemp("cli"), cache=tmp_path_factory.getbasetemp() / "cache")
+
+
+@pytest.fixture(autouse=True)
+def _test_tmp(tmp_path):
+    _tmp["test"] = tmp_path
+    yield
+    _tmp.pop("test", None)
+
+
+def isolated(args, kind: str = "run") -> list[str]:
+    """args plus run dir, sweep dir, tracking store and cache in tmp folders, unless given."""
+    if "session" not in _tmp:
+        return list(args)
+    home = _tmp.get("test") or _tmp["session"]
+    base = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=home))
+    given = {a.split("=", 1)[0].lstrip("+~") for a in args if "=" in a}
+    defaults = {"hydra.run.dir": base / "run", "hydra.sweep.dir": base / "sweep",
+                "tracking.uri": f"sqlite:///{home}/mlflow.db", "data.cache_dir": _tmp["cache"]}
+    return [*args, *(f"{k}={v}" for k, v in defaults.items() if k not in given)]
+
+
+def cli(*args: str, timeout: int = HANG, env: dict | None = None, prog: str = "deepen-run") -> subprocess.CompletedProcess:
+    """Run `deepen-run` as a user would, in a fresh process (its outputs in tmp folders)."""
     e = {**os.environ, **(env or {})}
-    exe = Path(sys.executable).with_name("deepen-run")
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout, env=e)
+    exe = Path(sys.executable).with_name(prog)
+    return subprocess.run([str(exe), *isolated(args)], capture_output=True, text=True, timeout=timeout, env=e)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli
+from conftest import HANG, cli
 from deepen_run.config import ROOT
 from deepen_run.methods import METHODS
 
 ROOT_USER = os.geteuid() == 0
-pytestmark = pytest.mark.subprocess  # each case runs the CLI
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]  # each case runs the CLI
 
 
 def needs(method: str):
@@ -162,7 +162,7 @@ def test_bad_input(case, overrides, culprit, glue_dir, tmp_path):
     args = [a for a in ["backbone=tiny", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
                         f"hydra.run.dir={run_dir}"] if a.split("=", 1)[0] not in keys] + mine
     try:
-        r = cli(*args, timeout=120, env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+        r = cli(*args, timeout=HANG, env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
                                          "OMP_NUM_THREADS": "1"})
     finally:
         made.restore()
@@ -222,7 +222,7 @@ def test_cheap_checks_load_no_model_library(glue_dir, tmp_path):
         base = ["backbone=tiny", f"data.glue_dir={glue_dir}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
         todo[name] = [a for a in base if a.split("=", 1)[0] not in keys] + mine
     r = subprocess.run([sys.executable, "-c", CHECK_ALL, str(ROOT / "conf"), json.dumps(todo)], capture_output=True,
-                       text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                       text=True, timeout=HANG, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     for name in CHEAP:

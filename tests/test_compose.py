@@ -7,7 +7,7 @@ import csv
 import pytest
 import torch
 
-from conftest import cli, make_cfg, runs_of
+from conftest import HANG, cli, make_cfg, runs_of
 from deepen_run import backbone as bb
 from deepen_run import duplication
 from deepen_run.errors import UserError
@@ -194,7 +194,7 @@ def test_grid_of_gru_depth_and_duplicated_layers_is_one_parent(tmp_path, glue_di
             "task=rte", "backbone=minilm", "train.max_steps=2", "data.max_train_samples=64",
             "data.max_eval_samples=64", "data.max_seq_length=32", "train.batch_size=8", "method.report_examples=2",
             "backbone.cosine_samples=16", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
-            f"hydra.sweep.dir={tmp_path}/sweep", timeout=3000)
+            f"hydra.sweep.dir={tmp_path}/sweep", timeout=HANG)
     assert r.returncode == 0, r.stderr[-3000:]
     client, runs = runs_of(uri)
     parents = [x for x in runs if x.data.tags.get("sweep_role") == "parent"]

@@ -67,7 +67,7 @@ def test_multitask_records_every_official_metric(glue_dir, mlflow_uri):
     (["data.glue_dir=/no/such/glue"], "/no/such/glue"),
 ])
 def test_missing_inputs_fail_fast_with_one_line(args, culprit, mlflow_uri, tmp_path):
-    r = cli(*args, f"tracking.uri={mlflow_uri}", timeout=60,
+    r = cli(*args, f"tracking.uri={mlflow_uri}",
             env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]

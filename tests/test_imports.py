@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import HANG
+
 import deepen_run
 
 PKG = Path(deepen_run.__file__).resolve().parent
@@ -113,7 +115,7 @@ def env() -> dict:
 def test_every_module_imports_in_a_fresh_interpreter():
     names = sorted(modules())
     code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
-    r = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, env=env(), timeout=600)
+    r = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, env=env(), timeout=HANG)
     assert r.returncode == 0, r.stderr[-3000:]
 
 
@@ -131,7 +133,7 @@ WRAPPER = textwrap.dedent("""
 @pytest.mark.subprocess
 def test_rejected_override_exits_before_torch(tmp_path):
     r = subprocess.run([sys.executable, "-c", WRAPPER, "task=nosuch", f"hydra.run.dir={tmp_path}/run"],
-                       capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=600)
+                       capture_output=True, text=True, env=env(), cwd=tmp_path, timeout=HANG)
     assert r.returncode == 2, r.stderr
     assert "deepen-run: error:" in r.stderr and "nosuch" in r.stderr
     assert "TORCH_LOADED=False" in r.stderr, r.stderr

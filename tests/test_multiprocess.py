@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import make_cfg, runs_of
+from conftest import HANG, make_cfg, runs_of
 from deepen_run.cli import quiet_other_ranks
 from deepen_run.config import ROOT
 from deepen_run.errors import UserError
@@ -52,8 +52,8 @@ def test_two_cpu_processes_make_one_run(glue_dir, tmp_path):
                         "-m", "deepen_run.cli", "task.names=[sst2,rte]", "backbone=tiny", f"data.glue_dir={glue_dir}",
                         "data.max_train_samples=256", "data.max_eval_samples=101", "data.max_seq_length=48",
                         "train.max_steps=6", "train.log_every=2", "train.batch_size=8", "train.learning_rate=1e-3",
-                        f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run"],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                        f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG)
     assert r.returncode == 0, r.stderr[-3000:]
     client, runs = runs_of(uri)
     assert len(runs) == 1, [x.info.run_name for x in runs]

@@ -3,16 +3,13 @@ record, and one real `deepen-probe` run on MiniLM."""
 import copy
 import csv
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from transformers import BertForMaskedLM
 
-from conftest import make_cfg, runs_of
+from conftest import cli, make_cfg, runs_of
 from deepen_run import backbone as bb
 from deepen_run import data as gd
 from deepen_run import probe, probe_cli
@@ -134,9 +131,8 @@ def test_bad_probe_settings_fail_with_one_line(glue_dir, mlflow_uri):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_deepen_probe_on_minilm(glue_dir, mlflow_uri):
-    exe = Path(sys.executable).with_name("deepen-probe")
-    res = subprocess.run([str(exe), "backbone=minilm", "task=sst2", f"data.glue_dir={glue_dir}", "probe.samples=32",
-                        f"tracking.uri={mlflow_uri}"], capture_output=True, text=True, timeout=600)
+    res = cli("backbone=minilm", "task=sst2", f"data.glue_dir={glue_dir}", "probe.samples=32",
+              f"tracking.uri={mlflow_uri}", prog="deepen-probe")
     assert res.returncode == 0, res.stderr[-3000:]
     client, (run,) = runs_of(mlflow_uri, "deepen-probe")
     table = list(csv.DictReader(open(client.download_artifacts(run.info.run_id, "probe/redundancy.csv"))))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli, runs_of
+from conftest import HANG, cli, isolated, runs_of
 from deepen_run.lifecycle import reap_orphans
 from deepen_run.tracking import Tracker
 
@@ -34,11 +34,11 @@ def args(glue_dir, uri, run_dir, *extra):
 
 def start(*a) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("deepen-run")
-    return subprocess.Popen([str(exe), *a], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    return subprocess.Popen([str(exe), *isolated(a)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **ENV})
 
 
-def wait_for_checkpoint(proc, run_dir: Path, timeout=300) -> Path:
+def wait_for_checkpoint(proc, run_dir: Path, timeout=HANG) -> Path:
     t0 = time.time()
     while time.time() - t0 < timeout:
         found = sorted((run_dir / "checkpoints").glob("step-*/trainer_state.json"))
@@ -96,7 +96,7 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, glue_dir, tmp_path)
     proc = start(*args(glue_dir, uri, killed))
     first = wait_for_checkpoint(proc, killed)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
+    proc.wait(timeout=HANG)
     state = json.loads((first / "trainer_state.json").read_text())
     assert state["step"] == 20 and state["consumed"] == {"sst2": 20}
     client, (run,) = runs_of(uri, "runs")
@@ -130,7 +130,7 @@ def test_sigterm_ends_killed_with_a_checkpoint(glue_dir, store, tmp_path):
     wait_for_checkpoint(proc, run_dir)
     time.sleep(0.3)  # let it get past the periodic checkpoint: the interrupt saves its own
     proc.send_signal(signal.SIGTERM)
-    err = proc.communicate(timeout=120)[1]
+    err = proc.communicate(timeout=HANG)[1]
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("train:")]
     assert "Traceback" not in err and "stopped by SIGTERM" in lines[-1]
@@ -161,7 +161,7 @@ def _status(uri, experiment):
     return client, runs
 
 
-def wait_for(cond, what, timeout=300):
+def wait_for(cond, what, timeout=HANG):
     t0 = time.time()
     while time.time() - t0 < timeout:
         if cond():
@@ -178,7 +178,7 @@ def test_requeued_command_resumes_in_its_own_dir_and_survives_a_neighbour(refere
     proc = start(*cmd)
     wait_for_checkpoint(proc, run_dir)
     proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
+    proc.wait(timeout=HANG)
     saved = (run_dir / "run_config.yaml").read_text()
     client, (run,) = runs_of(uri, "requeue")
     again = start(*cmd)  # the requeue: Hydra rewrites .hydra/config.yaml, run_config.yaml stays
@@ -186,7 +186,7 @@ def test_requeued_command_resumes_in_its_own_dir_and_survives_a_neighbour(refere
     # A neighbour starting in the same experiment reaps dead runs: the resumed one is alive.
     r = cli(*args(glue_dir, uri, tmp_path / "requeue" / "other", "dry_run=true"), env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
-    err = again.communicate(timeout=600)[1]
+    err = again.communicate(timeout=HANG0)[1]
     assert again.returncode == 0, err[-3000:]
     client, runs = runs_of(uri, "requeue")
     (got,) = [x for x in runs if x.info.run_id == run.info.run_id]
@@ -203,7 +203,7 @@ def test_sigusr1_checkpoints_and_a_damaged_checkpoint_falls_back(reference, glue
     ckpts = lambda: sorted(int(p.parent.name[5:]) for p in (run_dir / "checkpoints").glob("step-*/trainer_state.json"))  # noqa: E731
     wait_for(lambda: ckpts() and ckpts()[-1] >= 40 or proc.poll() is not None, "a checkpoint at step 40")
     proc.send_signal(signal.SIGUSR1)
-    err = proc.communicate(timeout=120)[1]
+    err = proc.communicate(timeout=HANG)[1]
     assert proc.returncode == 128 + signal.SIGUSR1, err[-3000:]
     client, (run,) = runs_of(uri, "usr1")
     assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGUSR1"
@@ -234,7 +234,7 @@ def test_two_processes_on_one_run_dir(glue_dir, store, tmp_path):
     r = cli(*args(glue_dir, uri, run_dir, "train.max_steps=100000"), env=ENV)
     assert proc.poll() is None, "the first run ended before the second tried its dir"
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=120)
+    proc.communicate(timeout=HANG)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "in use by another run" in lines[0], r.stderr[-2000:]
     client, (run,) = runs_of(uri, "twice")  # the second made no run and left the first's files alone

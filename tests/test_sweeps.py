@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from conftest import cli, runs_of
+from conftest import HANG, cli, runs_of
 from deepen_run import report
 
 TINY = ["task=rte", "backbone=tiny", "train.max_steps=2", "train.batch_size=8", "train.learning_rate=1e-3",
@@ -92,7 +92,7 @@ def test_one_bad_value_launches_nothing(tmp_path, glue_dir):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     rest = [a for a in TINY if not a.startswith("train.batch_size")]
     r = cli("-m", "train.batch_size=8,16,abc,32", *rest, f"data.glue_dir={glue_dir}",
-            f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep", timeout=300)
+            f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep", timeout=HANG)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
     assert lines[0].startswith("deepen-run: error: sweep job 3 of 4 (train.batch_size=abc)"), lines[0]
@@ -122,7 +122,7 @@ def test_ctrl_c_of_a_joblib_sweep_ends_every_run_killed(tmp_path, glue_dir):
         assert proc.poll() is None and time.time() - t0 < 600, proc.communicate()[1][-3000:]
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 130, err[-3000:]
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("deepen-run").experiment_id])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli, runs_of
+from conftest import HANG, cli, runs_of
 
 
 @pytest.fixture
@@ -25,9 +25,10 @@ def mlflow_server(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"))
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
+        deadline = time.time() + HANG  # bounds a hang only: a loaded machine starts it slowly
+        while time.time() < deadline and proc.poll() is None:
             try:
-                if urllib.request.urlopen(f"{url}/health", timeout=1).status == 200:
+                if urllib.request.urlopen(f"{url}/health", timeout=5).status == 200:
                     break
             except OSError:
                 time.sleep(0.5)
@@ -36,7 +37,7 @@ def mlflow_server(tmp_path):
         yield url
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=HANG
 
 
 @pytest.mark.slow

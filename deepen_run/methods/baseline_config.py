@@ -6,5 +6,11 @@ from dataclasses import dataclass
 
 @dataclass
 class Config:
+    """method=baseline: plain fine-tuning, one linear head per task.
+
+    name: the method (set by method=<option>)
+    pooling: sentence vector: pooler (BERT's pretrained pooler, else cls) | cls | mean | max
+    """
+
     name: str = "baseline"
     pooling: str = "pooler"  # pooler (BERT's pretrained pooler, else cls) | cls | mean | max

@@ -14,6 +14,20 @@ IMPORTANCES = ("dynamic", "mean", "random")
 
 @dataclass
 class Config:
+    """method=hire: HIRE layer importances + BiGRU fusion (Yang & Zhao 2019).
+
+    name: the method (set by method=<option>)
+    gru_layers: depth of the fusion BiGRU (the paper: 2)
+    include_embeddings: also offer the embedding output H_0 to the extractor
+    summary: how a layer's BiGRU outputs become its summary: mean (masked mean) | last (final states)
+    pool: fusion output -> sentence vector: cls | mean | max
+    importance: dynamic (the paper) | mean (uniform) | random (fixed, drawn once): an ablation
+    random_seed: seed of importance=random's weights, independent of the run's seed
+    shared: one HIRE for all tasks (true) or one per task (false); heads are always per task
+    dropout: head dropout; null = the backbone's hidden_dropout_prob
+    report_examples: dev examples per task whose importances are recorded one by one
+    """
+
     name: str = "hire"
     gru_layers: int = 2  # depth of the fusion BiGRU (the paper's ablation; 2 was best on CoLA)
     include_embeddings: bool = False  # also offer H_0 (the embedding output) to the extractor

@@ -1,0 +1,94 @@
+"""The MLflow UI: experiments open as classic ML experiments with the metrics that matter in view,
+and `make ui` prints its URL once the server answers.
+
+MLflow 3 decides an experiment's sidebar from its tag `mlflow.experimentKind` (GenAI otherwise, which
+hides training runs behind "Evaluation runs"); `custom_model_development` is the classic runs table.
+The runs table's columns come from a shared view state: an experiment tag
+`mlflow.sharedViewState.<key>` holding JSON ({"selectedColumns": ...}), opened by the URL parameter
+`viewStateShareKey=<key>` (both read by MLflow's UI bundle). Each run adds its own eval columns,
+and a sweep job unfolds its parent row so the children's scores show. The UI's own
+"GenAI | Model training" switch follows the URL parameter workflowType=machine_learning.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+
+KIND = ("mlflow.experimentKind", "custom_model_development")
+VIEW = "deepen-run"  # the share key
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
+DEFAULT_UI = "http://127.0.0.1:5000"
+FIRST = ["metrics.`eval/score`", "metrics.`eval/best_score`"]
+LAST = ["tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
+        "metrics.`params/ratio`", "metrics.`train/runtime_s`"]
+
+
+def columns(eval_keys: list[str], before: list[str] | None = None) -> list[str]:
+    """eval/score first, then every eval metric seen so far, then what tells runs apart."""
+    seen = [c for c in (before or []) if c not in FIRST + LAST]
+    new = [f"metrics.`{k}`" for k in sorted(eval_keys) if k.startswith("eval/") and f"metrics.`{k}`" not in FIRST]
+    return FIRST + seen + [c for c in new if c not in seen] + LAST
+
+
+def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | None = None) -> None:
+    """Mark the experiment classic ML, add these eval metrics to its default columns, unfold `expand`
+    (a sweep's parent run)."""
+    exp = client.get_experiment(experiment_id)
+    if exp.tags.get(KIND[0]) != KIND[1]:
+        client.set_experiment_tag(experiment_id, *KIND)
+    try:
+        old = json.loads(exp.tags.get(VIEW_TAG, "{}"))
+    except ValueError:
+        old = {}
+    expanded = dict(old.get("runsExpanded", {})) | ({expand: True} if expand else {})
+    state = {"selectedColumns": columns(list(eval_keys), old.get("selectedColumns", [])),
+             "orderByKey": "attributes.start_time", "orderByAsc": False, "runsExpanded": expanded}
+    if state != old:
+        client.set_experiment_tag(experiment_id, VIEW_TAG, json.dumps(state))
+
+
+def run_url(base: str, experiment_id: str, run_id: str) -> str:
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
+
+
+def table_url(base: str, experiment_id: str) -> str:
+    return f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW}&workflowType=machine_learning"
+
+
+def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = ("deepen-run", "deepen-probe")) -> int:
+    """`make ui`: start `mlflow ui`, wait until it answers, then print where to look."""
+    from mlflow.tracking import MlflowClient
+
+    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store, "--default-artifact-root", artifacts,
+           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    proc = subprocess.Popen(cmd)
+    try:
+        while proc.poll() is None:
+            try:
+                if urllib.request.urlopen(f"{base}/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+        if proc.poll() is not None:
+            return proc.returncode
+        client = MlflowClient(store)
+        print(f"\nMLflow UI is up: {base}  (Ctrl-C stops it)")
+        for name in experiments:
+            exp = client.get_experiment_by_name(name)
+            if exp is not None:  # experiments made before these settings existed get them now
+                runs = client.search_runs([exp.experiment_id], max_results=200)
+                apply(client, exp.experiment_id, sorted({k for r in runs for k in r.data.metrics}))
+                print(f"  {name}: {table_url(base, exp.experiment_id)}")
+        sys.stdout.flush()
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        return proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1], sys.argv[2], int(sys.argv[3])))
