@@ -37,7 +37,7 @@ def mlflow_server(tmp_path):
         yield url
     finally:
         proc.terminate()
-        proc.wait(timeout=HANG
+        proc.wait(timeout=HANG)
 
 
 @pytest.mark.slow
