@@ -200,7 +200,7 @@ class Config:
     seed: random seed (data order, initialisation, dropout)
     dry_run: build the model, record its sizes and config, then stop (no training); tagged dry_run=true
     predict: also write GLUE test-set predictions (submission/) after training
-    resume: continue a killed run: true = the latest run dir of this same config, or a run dir path
+    resume: continue a killed run: auto = this config's unfinished run if any, else start afresh; true = it must exist; or a run dir
     """
     backbone: BackboneConfig = MISSING
     method: Any = MISSING
