@@ -13,6 +13,8 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from deepen_run.choices import Precision, ScheduleKind
+
 # The checkout (or install) root: conf/ and outputs/ live here, whatever Hydra's run dir is.
 ROOT = Path(__file__).resolve().parent.parent
 if not OmegaConf.has_resolver("root"):
@@ -87,7 +89,7 @@ class ScheduleConfig:
     name: str = MISSING
     # power: p_i ∝ N_i**alpha; annealed: alpha goes from alpha to alpha_end over the epochs;
     # round_robin: tasks in turn.
-    kind: str = "power"
+    kind: ScheduleKind = ScheduleKind.power
     alpha: float = 1.0
     alpha_end: float = 0.2
 
@@ -117,9 +119,6 @@ class DataConfig:
     group_by_length: bool = False
     cache_dir: str = "${root:}/outputs/cache"
     num_workers: int = 0
-
-
-PRECISIONS = ("auto", "no", "fp16", "bf16")  # auto: bf16 on a bf16 GPU, else fp32 (deepen_run/fast.py)
 
 
 @dataclass
@@ -167,7 +166,7 @@ class TrainConfig:
     lr_scheduler: str = "linear"
     max_grad_norm: float = 1.0
     gradient_accumulation_steps: int = 1
-    mixed_precision: str = "auto"  # auto (bf16 on a bf16 GPU, else no) | no | fp16 | bf16 (Accelerate)
+    mixed_precision: Precision = Precision.auto  # auto (bf16 on a bf16 GPU, else no) | no | fp16 | bf16 (Accelerate)
     eval_every: int = 0  # steps; 0 = only at the end
     eval_per_epoch: bool = False  # also evaluate at the end of every epoch (as the sampler counts them)
     log_every: int = 10

@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 
 from deepen_run import tsv
-from deepen_run.config import PRECISIONS
 from deepen_run.errors import UserError
 from deepen_run.glue import TaskSpec, get_tasks
 
@@ -91,8 +90,6 @@ def numbers(cfg) -> None:
                         "use train.save_every=0 to save none")
     if not 0 <= t.warmup_ratio <= 1:
         raise UserError(f"train.warmup_ratio={t.warmup_ratio} must be in [0, 1]")
-    if t.mixed_precision not in PRECISIONS:
-        raise UserError(f"train.mixed_precision={t.mixed_precision!r}; choose from {', '.join(PRECISIONS)}")
     if t.lr_scheduler not in SCHEDULERS:
         raise UserError(f"train.lr_scheduler={t.lr_scheduler!r}; choose from {', '.join(SCHEDULERS)}")
     if not math.isfinite(t.num_epochs):
@@ -171,10 +168,8 @@ def seq_length(cfg) -> None:
 def method_checks(cfg, tasks) -> None:
     """A method may define check(cfg) for its own options; it gets the whole config because they
     may depend on the backbone (layer indices against its depth, read from its config file)."""
-    from deepen_run.methods import NAMES, config_of
+    from deepen_run.methods import NAMES, config_of, hook
 
     if cfg.method.name not in NAMES:
         raise UserError(f"unknown method {cfg.method.name!r}; choose from {', '.join(NAMES)}")
-    module = config_of(cfg.method.name)
-    if hasattr(module, "check"):
-        module.check(cfg)
+    hook(config_of(cfg.method.name), "check")(cfg)

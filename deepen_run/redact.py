@@ -43,6 +43,7 @@ def scrub(obj: Any, secrets: list[str], key: str = "") -> Any:
 def public_config(cfg) -> dict:
     """The resolved config as MLflow may see it: secrets masked, `resume` left out (it differs
     between the first attempt and a resume of the same run, and MLflow params are write-once)."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    # enum_to_str: choice options (deepen_run/choices.py) become the plain strings MLflow shows.
+    resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     resolved.pop("resume", None)
     return scrub(resolved, secret_env_values())

@@ -24,7 +24,7 @@ from deepen_run.context import RunContext
 from deepen_run.fast import make_accelerator
 from deepen_run.figures import sampling_plot
 from deepen_run.lifecycle import GUARD, provenance, reap_orphans
-from deepen_run.methods import METHODS
+from deepen_run.methods import METHODS, hook
 from deepen_run.model import count, param_report
 from deepen_run.sampling import TaskSampler, epoch_length
 from deepen_run.preflight import check  # noqa: F401 (the pre-flight, also for callers of runner)
@@ -131,8 +131,7 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
     task_of = {name: s.name for name, s in eval_specs.items()}
     ctx = RunContext(cfg, tasks, data, tok, tracker, accelerator, backbone_config)
     duplication.record(model.backbone, ctx)
-    if hasattr(method, "after_build"):
-        method.after_build(model, ctx)
+    hook(method, "after_build")(model, ctx)
 
     per_pass = sum(len(dl) for dl in loaders.values()) // tcfg.gradient_accumulation_steps
     steps_per_epoch = epoch_length(tcfg, len(tasks), per_pass)
@@ -182,8 +181,7 @@ def fit(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=N
     if cfg.predict:
         rows = submission.write(model, accelerator, tracker, data, tok, tcfg.eval_batch_size, cfg.seed)
         accelerator.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
-    if hasattr(method, "after_train"):
-        method.after_train(accelerator.unwrap_model(model), ctx)
+    hook(method, "after_train")(accelerator.unwrap_model(model), ctx)
     return final["eval/score"]
 
 

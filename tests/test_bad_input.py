@@ -144,6 +144,14 @@ CASES = [
                  marks=needs("duplicate"), id="duplicate-out-of-range"),
     pytest.param("gru-layers-zero", ["method=hire", "method.gru_layers=0"], "gru_layers", marks=needs("hire"),
                  id="gru-layers-zero"),
+    # Choice options are Enums in the schema: composition names the key and the choices.
+    ("mixed-precision-typo", ["train.mixed_precision=fp8"], "[auto, no, fp16, bf16]"),
+    ("pooling-typo", ["method.pooling=avg"], "method.pooling"),
+    ("schedule-kind-typo", ["schedule.kind=linear"], "schedule.kind"),
+    pytest.param("hire-pool-typo", ["method=hire", "method.pool=first"], "method.pool", marks=needs("hire"),
+                 id="hire-pool-typo"),
+    pytest.param("pals-sizes", ["method=pals", "method.num_heads=5"], "method.hidden_size_aug=204 must be a positive "
+                 "multiple of method.num_heads=5", marks=needs("pals"), id="pals-sizes"),
     ("unknown-task-in-list", ["task.names=[sst2,nope]"], "'nope'"),
     ("unreachable-tracking", ["tracking.uri=http://127.0.0.1:1"], "http://127.0.0.1:1"),
     ("offline-backbone", ["backbone=roberta_base"], "FacebookAI/roberta-base"),

@@ -1,13 +1,17 @@
 """Contracts every registered method keeps, on a tiny random BERT (a new method is tested here
-automatically): builds from its YAML, right output shapes per task, gradients flow into what
+automatically): the Protocols of deepen_run/methods/contract.py and its declared hooks, defaults only
+in the dataclass, builds from its YAML, right output shapes per task, gradients flow into what
 trains, and the parameter report adds up."""
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from conftest import make_cfg
 from deepen_run import backbone as bb
+from deepen_run.config import ROOT
 from deepen_run.glue import get_tasks
-from deepen_run.methods import METHODS
+from deepen_run.methods import METHODS, config_of, contract, hook
+from deepen_run.redact import public_config
 from deepen_run.model import count, param_report
 from deepen_run.train import optimizer_for
 
@@ -100,3 +104,59 @@ def test_new_parameters_get_the_same_lr_rule_in_every_method(method, scale):
         assert lr_of[id(model.backbone.pooler.dense.weight)] == pytest.approx(lr)  # pretrained
     method_new = {n.split(".")[0] for n in new} - {"heads"}
     assert method_new == {"hire": {"hire"}, "pals": {"pals"}}.get(method, set())
+
+
+# The explicit contract (deepen_run/methods/contract.py), checked for every registered method.
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_method_modules_and_model_satisfy_the_contract(method):
+    light, module = config_of(method), METHODS[method]
+    assert isinstance(light, contract.MethodConfigModule)
+    assert isinstance(module, contract.MethodModule)
+    assert module.Config is light.Config  # one schema, re-exported by the model module
+    model, _ = build(method)
+    assert isinstance(model, contract.MethodModel)
+    assert isinstance(model.heads, torch.nn.ModuleDict) and set(model.heads) == set(TASKS)
+    assert model.backbone.config.hidden_size == 32  # the encoder it was given, reachable as model.backbone
+    # Hooks: each declared hook is looked for in its own module (check in the light one, the others
+    # in the model module); hook() gives the method's function, or the no-op it leaves out.
+    for name, (home, noop) in contract.OPTIONAL_HOOKS.items():
+        mod = light if home == "config" else module
+        own = getattr(mod, name, None)
+        assert own is None or callable(own), (method, name)
+        assert hook(mod, name) is (own or noop)
+        if home == "model":
+            assert not hasattr(light, name), f"{method}_config.{name} would never run: it belongs in {method}.py"
+    stray = [n for m in (light, module) for n in vars(m) if n.startswith(("after_", "before_", "on_"))
+             and n not in contract.OPTIONAL_HOOKS]
+    assert not stray, f"{method}: {stray} look like hooks but are not declared in contract.OPTIONAL_HOOKS"
+
+
+def test_hook_defaults_to_a_no_op_and_knows_only_declared_names():
+    assert hook(METHODS["baseline"], "after_train")(None, None) is None
+    assert hook(METHODS["hire"], "after_train") is METHODS["hire"].after_train
+    assert hook(config_of("hire"), "check") is config_of("hire").check
+    with pytest.raises(KeyError, match="after_trian"):
+        hook(METHODS["hire"], "after_trian")
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_defaults_live_only_in_the_dataclass(method):
+    # conf/method/<name>.yaml only selects the schema: composing it gives exactly Config()'s values,
+    # and changing a dataclass default changes the run (no YAML copy to fall out of step).
+    yaml = OmegaConf.load(ROOT / "conf" / "method" / f"{method}.yaml")
+    assert set(yaml) == {"defaults"}, f"conf/method/{method}.yaml sets {set(yaml) - {'defaults'}}: keep defaults in the dataclass"
+    composed = OmegaConf.to_container(make_cfg(f"method={method}").method, enum_to_str=True)
+    assert composed == OmegaConf.to_container(OmegaConf.structured(config_of(method).Config()), enum_to_str=True)
+    assert composed["name"] == method
+
+
+def test_choice_options_are_plain_strings_where_the_run_uses_them():
+    # StrEnums: compare equal to their strings, log as strings (redact.public_config), save as YAML strings.
+    cfg = make_cfg("method=hire", "method.pool=max", "train.mixed_precision=no", "schedule=round_robin")
+    assert cfg.method.pool == "max" and cfg.train.mixed_precision == "no" and cfg.schedule.kind == "round_robin"
+    flat = public_config(cfg)
+    assert (flat["method"]["pool"], flat["method"]["summary"], flat["train"]["mixed_precision"]) == ("max", "mean", "no")
+    assert all(type(v) is str for v in (flat["method"]["pool"], flat["train"]["mixed_precision"], flat["schedule"]["kind"]))
+    again = OmegaConf.create(OmegaConf.to_yaml(cfg))  # the saved config.yaml reads back as the same strings
+    assert again.train.mixed_precision == "no" and type(again.train.mixed_precision) is str

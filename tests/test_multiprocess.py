@@ -9,13 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from hydra.errors import ConfigCompositionException
 
 from conftest import HANG, make_cfg, runs_of
 from deepen_run.cli import quiet_other_ranks
 from deepen_run.config import ROOT
-from deepen_run.errors import UserError
 from deepen_run.fast import resolve_precision
-from deepen_run.runner import check
 
 
 def test_only_rank_zero_keeps_hydra_outputs(monkeypatch):
@@ -35,8 +34,10 @@ def test_mixed_precision_auto_is_fp32_on_cpu_and_typos_fail(glue_dir):
     if not __import__("torch").cuda.is_available():
         assert resolve_precision("auto") == "no"
     assert resolve_precision("bf16") == "bf16"
-    with pytest.raises(UserError, match="train.mixed_precision='fp8'"):
-        check(make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}", "train.mixed_precision=fp8"))
+    assert resolve_precision(make_cfg("train.mixed_precision=no").train.mixed_precision) == "no"
+    with pytest.raises(ConfigCompositionException, match="train.mixed_precision=fp8") as e:
+        make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}", "train.mixed_precision=fp8")
+    assert "Invalid value 'fp8', expected one of [auto, no, fp16, bf16]" in str(e.value.__cause__)
 
 
 @pytest.mark.e2e

@@ -13,6 +13,7 @@ from deepen_run.errors import UserError
 from deepen_run.glue import get_tasks
 from deepen_run.methods import pals
 from deepen_run.model import count, param_report, task_loss
+from deepen_run.preflight import method_checks
 from deepen_run.sampling import TaskSampler, epoch_length
 from deepen_run.train import optimizer_for
 
@@ -148,9 +149,14 @@ def test_frozen_backbone_trains_only_pals_and_heads():
         assert any(n.startswith(prefix) for n in changed), prefix
 
 
-def test_bad_sizes_fail_before_training():
-    with pytest.raises(UserError, match="hidden_size_aug=10"):
-        build("method.hidden_size_aug=10", "method.num_heads=3")
+@pytest.mark.parametrize("aug,heads", [(10, 3), (0, 3), (12, 0), (-6, 3)])
+def test_bad_sizes_fail_in_the_preflight_before_weights_load(aug, heads):
+    cfg = make_cfg("backbone=tiny", "method=pals", f"method.hidden_size_aug={aug}", f"method.num_heads={heads}")
+    with pytest.raises(UserError, match=f"hidden_size_aug={aug} must be a positive multiple of method.num_heads={heads}"):
+        method_checks(cfg, get_tasks(["sst2"]))
+    # A library caller that skips the pre-flight gets a plain ValueError from the constructor.
+    with pytest.raises(ValueError, match=f"hidden_size_aug={aug}"):
+        build(f"method.hidden_size_aug={aug}", f"method.num_heads={heads}")
 
 
 def test_paper_setup_anneals_from_one_to_point_two():

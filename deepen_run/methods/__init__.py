@@ -1,27 +1,31 @@
 """The method registry: name = conf/method/<name>.yaml = deepen_run/methods/<name>.py.
 
-Each method is two modules, so that composing and checking a config never imports torch:
+Each method is two modules, so that composing and checking a config never imports torch; what
+each must provide is written down as Protocols in methods/contract.py:
   methods/<name>_config.py     light (no torch): its config dataclass `Config` (validated by Hydra,
-                               with `name`) and optionally check(cfg), a cheap validation of the whole
-                               config before anything loads (called by preflight.method_checks after
-                               the backbone preflight); raises UserError
-  methods/<name>.py            the model; re-exports Config (and check) and provides
-    build(backbone, cfg, tasks)  -> nn.Module with forward(task, input_ids, attention_mask,
-                                 token_type_ids) -> logits and a `heads` ModuleDict; it sets
-                                 requires_grad for what trains
-  and optionally
+                               with `name`; the only place its defaults live) and optionally
+                               check(cfg), every check of its options, run by the pre-flight
+                               (preflight.method_checks) before any weights load; raises UserError
+  methods/<name>.py            the model: re-exports Config and provides
+    build(backbone, cfg, tasks)  -> a contract.MethodModel: `backbone`, `heads` (ModuleDict) and
+                                 forward(task, input_ids, attention_mask, token_type_ids) -> logits;
+                                 it sets requires_grad for what trains
+  and optionally the hooks (contract.OPTIONAL_HOOKS, fetched with hook(module, name))
     after_build(model, ctx)      before training (ctx: deepen_run.context.RunContext)
     after_train(model, ctx)      after the final evaluation (figures, tables)
 
 NAMES is the explicit registry. METHODS maps each name to its model module, imported on first
 access (METHODS["hire"] imports deepen_run.methods.hire, and torch with it); config_of(name) gives
-the light module. Adding a method: its two modules, conf/method/<name>.yaml, and a name here.
+the light module. Adding a method: its two modules, conf/method/<name>.yaml (a defaults line
+selecting its schema), and a name here; tests/test_methods_contract.py then checks it.
 """
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
 from types import ModuleType
+
+from deepen_run.methods.contract import hook  # noqa: F401 (optional hooks: hook(module, "after_train"))
 
 NAMES = ("baseline", "duplicate", "hire", "pals")
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deepen_run.choices import Pooling
+
 
 @dataclass
 class Config:
@@ -13,4 +15,4 @@ class Config:
     """
 
     name: str = "baseline"
-    pooling: str = "pooler"  # pooler (BERT's pretrained pooler, else cls) | cls | mean | max
+    pooling: Pooling = Pooling.pooler  # pooler (BERT's pretrained pooler, else cls) | cls | mean | max

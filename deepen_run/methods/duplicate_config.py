@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from deepen_run.choices import Pooling
+
 
 @dataclass
 class Config:
@@ -17,6 +19,6 @@ class Config:
 
     name: str = "duplicate"
     layers: list[int] = field(default_factory=list)  # as backbone.duplicate_layers (0-based; twice = two copies)
-    pooling: str = "pooler"  # as the baseline: pooler | cls | mean | max
+    pooling: Pooling = Pooling.pooler  # as the baseline: pooler | cls | mean | max
     # Dev examples per task for duplicate/cosine_before_finetune (wins over backbone.cosine_samples).
     cosine_samples: int = 256

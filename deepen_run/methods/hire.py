@@ -164,6 +164,6 @@ def build(backbone, cfg: Config, tasks) -> HireClassifier:
 
 
 def after_train(model: HireClassifier, ctx) -> None:
-    from deepen_run.hire_report import record
+    from deepen_run.methods.hire_report import record
 
     record(model, ctx)

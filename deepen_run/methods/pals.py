@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from deepen_run.errors import UserError
-from deepen_run.methods.pals_config import Config  # noqa: F401 (the method's contract)
+from deepen_run.methods.pals_config import Config, check, size_problem  # noqa: F401 (the method's contract)
 from deepen_run.model import EncoderClassifier
 
 
@@ -93,9 +93,8 @@ class PALsModel(EncoderClassifier):
 
     def __init__(self, backbone: nn.Module, tasks, cfg: Config):
         layers = encoder_layers(backbone)
-        if cfg.hidden_size_aug <= 0 or cfg.num_heads <= 0 or cfg.hidden_size_aug % cfg.num_heads:
-            raise UserError(f"method.hidden_size_aug={cfg.hidden_size_aug} must be a positive multiple of "
-                            f"method.num_heads={cfg.num_heads}")
+        if problem := size_problem(cfg.hidden_size_aug, cfg.num_heads):
+            raise ValueError(problem)  # a run never gets here: pals_config.check ran in the pre-flight
         if getattr(backbone.config, "chunk_size_feed_forward", 0):
             # The hook adds TS(h) for the whole sequence; a chunked feed-forward would see slices.
             raise UserError("method=pals needs the backbone's chunk_size_feed_forward=0")

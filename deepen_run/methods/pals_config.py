@@ -1,8 +1,12 @@
-"""PALs' options: light (no torch), so the schema registers before anything heavy loads.
-The model is in deepen_run/methods/pals.py (it checks the sizes against the backbone it gets)."""
+"""PALs' options and their check: light (no torch), so the schema registers and bad sizes fail
+before anything heavy loads. The model is in deepen_run/methods/pals.py (it checks only what
+needs the loaded backbone: its layer structure)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from deepen_run.choices import Pooling
+from deepen_run.errors import UserError
 
 
 @dataclass
@@ -24,4 +28,19 @@ class Config:
     attention_dropout: float = 0.1
     init_std: float = 0.02
     freeze_backbone: bool = False  # the paper fine-tunes everything; true = only PALs + heads train
-    pooling: str = "pooler"  # the shared pretrained pooler (as the paper), else cls | mean | max
+    pooling: Pooling = Pooling.pooler  # the shared pretrained pooler (as the paper), else cls | mean | max
+
+
+def check(cfg) -> None:
+    """The run's pre-flight (whole config), before any model loads."""
+    m = cfg.method
+    if problem := size_problem(m.hidden_size_aug, m.num_heads):
+        raise UserError(problem)
+
+
+def size_problem(aug: int, heads: int) -> str | None:
+    """Why d_s and the head count do not fit (each head gets d_s / heads dims), or None; shared
+    with the model's constructor, which raises it as a ValueError for callers of the library."""
+    if aug <= 0 or heads <= 0 or aug % heads:
+        return f"method.hidden_size_aug={aug} must be a positive multiple of method.num_heads={heads}"
+    return None

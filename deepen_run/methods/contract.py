@@ -1,0 +1,80 @@
+"""The method contract: what the runner relies on, and nothing more. Light (no torch).
+
+A method `<name>` is two modules (deepen_run/methods/__init__.py says why two):
+  <name>_config.py   MethodConfigModule: `Config` (a dataclass, the schema of method.*), and the
+                     optional hook check(cfg)
+  <name>.py          MethodModule: `Config` again, `build(backbone, cfg, tasks) -> MethodModel`,
+                     and the optional hooks after_build / after_train
+Optional hooks are declared in OPTIONAL_HOOKS and fetched with hook(module, name), which returns a
+no-op for a hook the method does not define; nobody looks a hook up by hasattr, so a misspelt name
+fails loudly (KeyError) instead of being skipped. tests/test_methods_contract.py checks every
+registered method against these Protocols on a built tiny model.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class MethodModel(Protocol):
+    """What build() returns: an nn.Module the loop trains without knowing the method."""
+
+    backbone: Any
+    """The (possibly deepened) Hugging Face encoder: its parameters train at train.learning_rate,
+    everything else (new) at learning_rate x train.new_params_lr_scale (train.optimizer_for);
+    backbone.config gives the reported depth."""
+    heads: Any
+    """ModuleDict task name -> head; its parameters are counted as params/heads."""
+
+    def forward(self, task: str, input_ids, attention_mask, token_type_ids=None) -> Any:
+        """-> logits (B, num_labels of task), float; (B, 1) for a regression task."""
+
+
+@runtime_checkable
+class MethodConfigModule(Protocol):
+    """methods/<name>_config.py: imported to register the schema and for --help, so no torch."""
+
+    Config: type
+    """Dataclass of method.*: a `name` field defaulting to <name>, a docstring line `key: meaning`
+    for every field (deepen_run/usage.py), its defaults the only ones (conf/method/<name>.yaml just
+    selects it)."""
+
+
+@runtime_checkable
+class MethodModule(Protocol):
+    """methods/<name>.py: the model; imported only when a run builds it."""
+
+    Config: type
+
+    def build(self, backbone, cfg, tasks) -> MethodModel:
+        """backbone: the loaded encoder (layers already duplicated if asked); cfg: the method's
+        Config node; tasks: list of glue.TaskSpec. Sets requires_grad for what trains."""
+
+
+def _check(cfg) -> None:
+    """Pre-flight on the whole config (the options may depend on the backbone's config file), after
+    the generic checks and before any weights load; raises errors.UserError naming the key."""
+
+
+def _after_build(model, ctx) -> None:
+    """Once the data is loaded, before training (ctx: deepen_run.context.RunContext)."""
+
+
+def _after_train(model, ctx) -> None:
+    """After the final evaluation, on the unwrapped model: the method's own figures and tables."""
+
+
+# name -> (the module it lives in, its no-op default, whose docstring is the hook's contract).
+OPTIONAL_HOOKS: dict[str, tuple[str, Callable[..., None]]] = {
+    "check": ("config", _check),
+    "after_build": ("model", _after_build),
+    "after_train": ("model", _after_train),
+}
+
+
+def hook(module, name: str) -> Callable[..., None]:
+    """The method's hook `name`, or a no-op when it defines none. Only declared hooks exist."""
+    if name not in OPTIONAL_HOOKS:
+        raise KeyError(f"{name!r} is not a method hook; declared: {', '.join(OPTIONAL_HOOKS)}")
+    fn = getattr(module, name, None)
+    return fn if fn is not None else OPTIONAL_HOOKS[name][1]
