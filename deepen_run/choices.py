@@ -7,7 +7,16 @@ because OmegaConf turns a string into a member by name. Light (no torch): the sc
 """
 from __future__ import annotations
 
-from enum import StrEnum
+try:
+    from enum import StrEnum
+except ImportError:  # Python 3.10: the same behaviour from a str mixin
+    from enum import Enum
+
+    class StrEnum(str, Enum):
+        def __str__(self) -> str:
+            return self.value
+
+        __format__ = str.__format__
 
 
 class Precision(StrEnum):
