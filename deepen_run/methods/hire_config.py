@@ -3,7 +3,7 @@ fail before anything heavy loads. The model is in deepen_run/methods/hire.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from deepen_run.choices import StrEnum
 from typing import Optional
 
 from deepen_run.choices import Pool
