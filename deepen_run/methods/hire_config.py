@@ -3,10 +3,9 @@ fail before anything heavy loads. The model is in deepen_run/methods/hire.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from deepen_run.choices import StrEnum
 from typing import Optional
 
-from deepen_run.choices import Pool
+from deepen_run.choices import Pool, StrEnum
 from deepen_run.errors import UserError
 
 
