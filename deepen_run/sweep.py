@@ -116,6 +116,10 @@ class SweepCallback(Callback):
             for sig in SIGNALS:
                 signal.signal(sig, _launcher_signal)
 
+    def on_multirun_end(self, config, **kwargs) -> None:
+        if _close(interrupted=False) > 0:
+            sys.exit(1)  # the sweep's exit status says whether every job finished
+
 
 def _launcher_signal(signum, frame) -> None:
     """Ctrl-C / SIGTERM of the launching process: remember which, then stop the launcher."""
@@ -141,11 +145,6 @@ def interrupted_sweep(e: BaseException) -> Optional[int]:
     print(f"deepen-run: sweep stopped by {Interrupted(signum)}; its parent and unfinished jobs are KILLED, "
           "their last checkpoints kept (continue a job with resume=auto)", file=sys.stderr)
     return signum
-
-    def on_multirun_end(self, config, **kwargs) -> None:
-        if _close(interrupted=False) > 0:
-            sys.exit(1)  # the sweep's exit status says whether every job finished
-
 
 def _outcomes(sweep_dir: Path) -> dict[int, dict]:
     out = {}
