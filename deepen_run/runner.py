@@ -23,6 +23,11 @@ from deepen_run.tracking import Tracker, flatten
 from deepen_run.util import first_line
 
 
+# Stores whose orphans this process has already looked for: the jobs of a sweep run one after another
+# in one process, and one search for dead runs serves them all.
+_REAPED: set[tuple[str, str]] = set()
+
+
 def run_name(cfg) -> str:
     if cfg.tracking.run_name:
         return cfg.tracking.run_name
@@ -44,7 +49,9 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     accelerator = make_accelerator(cfg.train)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
     tracker.check()
-    reap_orphans(tracker)
+    if (cfg.tracking.uri, cfg.tracking.experiment) not in _REAPED:
+        reap_orphans(tracker)
+        _REAPED.add((cfg.tracking.uri, cfg.tracking.experiment))
     run_id = ck.read_run_file(resume_home).get("run_id") if resume_home else None
     set_seed(cfg.seed)
     method = METHODS[cfg.method.name]

@@ -78,7 +78,7 @@ def test_report_cell_is_mean_and_std_of_the_children(joblib_sweep, capsys):
 
 
 def test_child_run_names_carry_the_swept_values():
-    from deepen_run.sweep import SweepJob
+    from deepen_run.sweep_jobs import SweepJob
 
     info = {"params": {"method.gru_layers": "1,2,3", "method.layers": "[2,3]", "seed": "1,2",
                        "train.learning_rate": "interval(1e-5, 1e-4)", "dry_run": "true"}}
