@@ -91,6 +91,8 @@ class Recipe:
 
 
 def setup(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=None, resume_home=None) -> Recipe:
+    """Data and loaders, the method's after_build hook, the task sampler, optimizer and schedule,
+    Accelerate's device placement, then the checkpoint of resume_home (a killed run's dir), if any."""
     tcfg = cfg.train
     tok = bb.load_tokenizer(cfg.backbone)
     # Rank 0 tokenizes and fills the cache first; the other ranks then read it instead of racing.
