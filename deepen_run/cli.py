@@ -85,7 +85,7 @@ def _hydra_main(cfg) -> float:
     global _started
     _started = True
     from deepen_run.lifecycle import Interrupted
-    from deepen_run.sweep import current_job
+    from deepen_run.sweep_jobs import current_job
 
     job = current_job()
     if job is not None:

@@ -193,6 +193,16 @@ class TrackingConfig:
 
 
 @dataclass
+class Inputs:
+    """The keys of every deepen app (deepen-run, deepen-probe): the encoder, the tasks, their data, and
+    where the run is recorded. Config lists them in its own order; deepen-probe's schema extends this."""
+    backbone: BackboneConfig = MISSING
+    task: TaskConfig = MISSING
+    data: DataConfig = field(default_factory=DataConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+@dataclass
 class Config:
     """The whole run.
 

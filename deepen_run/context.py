@@ -14,4 +14,5 @@ class RunContext:
     tracker: Any  # deepen_run.tracking.Tracker (no-op off the main process)
     accelerator: Any
     backbone_config: Any  # the original backbone's HF config, before any method changed it
+    evaluation: Any = None  # the final evaluation (deepen_run.evaluation.Evaluation), for after_train
     extras: dict = field(default_factory=dict)

@@ -14,14 +14,18 @@ def batch_inputs(batch: dict) -> dict:
 
 
 @torch.no_grad()
-def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | None = None) -> tuple[list, list]:
+def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | None = None,
+            extras: dict | None = None) -> tuple[list, list]:
     """-> (predictions, labels) as lists in the loader's order; labels stays empty unless asked for.
 
     Class ids for classification, float scores for regression. The caller sets eval/train mode.
     desc: a progress bar (rank 0 only) with this label.
+    extras: a dict to fill, if the model has the optional hook `eval_extras()` (-> {key: tensor whose
+    first dim is the batch}, read after each forward): key -> one gathered CPU tensor per batch.
     """
     from tqdm.auto import tqdm
 
+    hook = getattr(accelerator.unwrap_model(model), "eval_extras", None) if extras is not None else None
     outs, refs = [], []
     bar = tqdm(loader, desc=desc, leave=False, dynamic_ncols=True, disable=desc is None or not accelerator.is_main_process)
     for batch in bar:
@@ -33,4 +37,6 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
         else:
             p = accelerator.gather_for_metrics(p)
         outs.append(p.cpu())
+        for key, value in (hook() if hook is not None else {}).items():
+            extras.setdefault(key, []).append(accelerator.gather_for_metrics(value).cpu())
     return (torch.cat(outs).tolist() if outs else []), (torch.cat(refs).tolist() if refs else [])

@@ -21,9 +21,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import hydra  # noqa: E402
 from hydra.core.config_store import ConfigStore  # noqa: E402
-from omegaconf import MISSING, OmegaConf  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
-from deepen_run.config import ROOT, BackboneConfig, DataConfig, TaskConfig, TrackingConfig  # noqa: E402
+from deepen_run.config import ROOT, Inputs  # noqa: E402
 from deepen_run.errors import UserError  # noqa: E402
 
 MLM_HEAD_PREFIXES = ("cls.predictions.", "lm_head.")  # BERT, RoBERTa checkpoints
@@ -47,15 +47,11 @@ class ProbeSettings:
 
 
 @dataclass
-class ProbeConfig:
-    """deepen-probe's config.
+class ProbeConfig(Inputs):
+    """deepen-probe's config: deepen-run's backbone, task, data and tracking keys, and its own.
 
     seed: random seed (which dev examples and tokens are masked)
     """
-    backbone: BackboneConfig = MISSING
-    task: TaskConfig = MISSING
-    data: DataConfig = field(default_factory=DataConfig)
-    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     seed: int = 42
 

@@ -1,23 +1,40 @@
-"""The training loop: single-task batches drawn by the schedule, Accelerate for the device work.
+"""The training recipe, top to bottom, in two parts (as torchtune's recipes: setup, then train):
 
-No trainer class: one function that steps, logs at `log_every`, evaluates at `eval_every` and at
-the end. The method has already decided what trains (requires_grad); the loop never asks which
-method it runs.
+  setup  tokenizer and data, loaders, the task sampler, optimizer and schedule, Accelerate's device
+         placement, a resumed checkpoint -> a Recipe (the run's pieces)
+  fit    the loop: single-task batches drawn by the schedule, one train_step each (its micro-batches),
+         the loss logged at log_every, evaluation at eval_every / once an epoch / at the end, checkpoints
+         at save_every; then the final record, the test-set submission, the method's after_train hook
+
+No trainer class and no callbacks: the loop is in fit. The method has already decided what trains
+(requires_grad); the loop never asks which method it runs.
 """
 from __future__ import annotations
 
+import math
 import time
-from typing import Callable, Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Iterator
 
 import torch
 from tqdm.auto import tqdm
 from transformers import get_scheduler
 
-from deepen_run import metrics as glue_metrics
+from deepen_run import backbone as bb
+from deepen_run import checkpoint as ck
+from deepen_run import data as gd
+from deepen_run import duplication, submission
+from deepen_run.context import RunContext
 from deepen_run.errors import NonFiniteLoss
+from deepen_run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
 from deepen_run.fast import fused_adamw_ok
+from deepen_run.figures import sampling_plot
+from deepen_run.lifecycle import GUARD
+from deepen_run.methods import hook
 from deepen_run.model import task_loss
-from deepen_run.predict import batch_inputs, predict
+from deepen_run.predict import batch_inputs
+from deepen_run.sampling import TaskSampler, epoch_length
 
 
 def optimizer_for(model: torch.nn.Module, tcfg, device_type: str) -> torch.optim.Optimizer:
@@ -52,88 +69,155 @@ def forever(loader) -> Iterator[dict]:
         yield from loader
 
 
-@torch.no_grad()
-def evaluate(model, accelerator, dev_loaders: dict, specs: dict) -> tuple[dict, dict]:
-    """dev_loaders: eval name -> loader; specs: eval name -> TaskSpec.
+@dataclass
+class Recipe:
+    """A run's pieces, built once by setup(); fit() works on them."""
+    cfg: Any  # the resolved config
+    ctx: RunContext  # what the method's hooks read: tasks, data, tokenizer, tracker, accelerator
+    method: ModuleType  # the method's model module (its optional after_train hook)
+    model: torch.nn.Module  # prepared by Accelerate, as are optimizer and scheduler
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    accelerator: Any
+    tracker: Any
+    sampler: TaskSampler
+    streams: dict  # task -> its endless, resumable batches (checkpoint.TaskStream)
+    regression: dict  # task -> is it a regression task (the loss to use)
+    dev: dict  # eval name -> prepared dev loader
+    eval_specs: dict  # eval name -> TaskSpec
+    saver: ck.Checkpointer
+    total: int  # steps of the whole run
+    start: int  # the first step to run: 0, or a resumed checkpoint's step
+    undefined: list = field(default_factory=list)  # metrics already reported undefined (warned once)
 
-    Returns ({eval name: {metric: value}}, {eval name: predictions in dev order}).
-    """
-    model.eval()
-    results, preds = {}, {}
-    for name, loader in dev_loaders.items():
-        preds[name], refs = predict(model, accelerator, loader, specs[name], labels=True, desc=f"eval {name}")
-        results[name] = glue_metrics.compute(name, preds[name], refs)
-    model.train()
-    return results, preds
+
+def setup(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=None, resume_home=None) -> Recipe:
+    """Data and loaders, the method's after_build hook, the task sampler, optimizer and schedule,
+    Accelerate's device placement, then the checkpoint of resume_home (a killed run's dir), if any."""
+    tcfg = cfg.train
+    tok = bb.load_tokenizer(cfg.backbone)
+    # Rank 0 tokenizes and fills the cache first; the other ranks then read it instead of racing.
+    with accelerator.main_process_first():
+        data = {t.name: gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict) for t in tasks}
+    loaders = {t: gd.make_loader(d.train, tok, tcfg.batch_size, True, cfg.seed + i, cfg.data.group_by_length,
+                                 cfg.data.num_workers) for i, (t, d) in enumerate(data.items())}
+    dev = {name: gd.make_loader(ds, tok, tcfg.eval_batch_size, False, cfg.seed)
+           for d in data.values() for name, ds in d.dev.items()}
+    ctx = RunContext(cfg, tasks, data, tok, tracker, accelerator, backbone_config)
+    duplication.record(model.backbone, ctx)
+    hook(method, "after_build")(model, ctx)
+
+    per_pass = sum(len(dl) for dl in loaders.values()) // tcfg.gradient_accumulation_steps
+    steps_per_epoch = epoch_length(tcfg, len(tasks), per_pass)
+    total = tcfg.max_steps if tcfg.max_steps > 0 else math.ceil(tcfg.num_epochs * steps_per_epoch)
+    sampler = TaskSampler(cfg.schedule, {t: len(d.train) for t, d in data.items()}, steps_per_epoch, total, cfg.seed)
+
+    optimizer = optimizer_for(model, tcfg, accelerator.device.type)
+    scheduler = scheduler_for(optimizer, tcfg, total)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
+    saver = ck.Checkpointer(home, tcfg, accelerator, total, predict=cfg.predict)
+    streams = saver.wrap(loaders, {t: cfg.seed + i for i, t in enumerate(data)})
+    start = saver.restore(ck.usable(resume_home) if resume_home else None)
+    dev = {k: accelerator.prepare(v) for k, v in dev.items()}
+    return Recipe(cfg, ctx, method, model, optimizer, scheduler, accelerator, tracker, sampler, streams,
+                  regression={t.name: t.is_regression for t in tasks}, dev=dev,
+                  eval_specs={name: d.spec for d in data.values() for name in d.dev}, saver=saver, total=total,
+                  start=start)
 
 
-def eval_metrics(results: dict, task_of: dict) -> dict[str, float]:
-    flat = {f"eval/{n}/{m}": v for n, ms in results.items() for m, v in ms.items()}
-    flat["eval/score"] = glue_metrics.glue_score(results, task_of)
-    return flat
+def fit(r: Recipe) -> float:
+    """Steps [start, total), then the final record. Returns the final eval/score."""
+    tcfg, acc, tracker, data = r.cfg.train, r.accelerator, r.tracker, r.ctx.data
+    if r.start == 0:  # the N_i the sampler uses: what is trained on, after train_fraction / max_train_samples
+        tracker.log_metrics({f"data/train_examples/{t}": len(d.train) for t, d in data.items()}, 0)
+    if len(data) > 1:
+        table = r.sampler.table()
+        tracker.log_csv(table, "sampling/probabilities.csv")
+        tracker.log_figure(sampling_plot(table, list(data)), "sampling/probabilities.png")
 
-
-def train(model, optimizer, scheduler, accelerator, loaders: dict, specs: dict, sampler, total_steps: int, tcfg,
-          log: Callable[[dict, int], None], run_eval: Callable[[int], dict], start_step: int = 0,
-          on_step: Callable[[int], None] | None = None) -> dict:
-    """Run steps [start_step, total_steps). loaders/specs: task name -> train loader / TaskSpec.
-
-    Returns the last evaluation's flat metrics. Logs train/step_time_s at the end: the mean
-    seconds of a training step (forward, backward, update) without logging and evaluation.
-    """
-    iters = {t: forever(dl) for t, dl in loaders.items()}
-    regression = {t: specs[t].is_regression for t in loaders}
-    model.train()
-    running = torch.zeros((), device=accelerator.device)
+    t0 = time.time()
+    batches = {t: forever(s) for t, s in r.streams.items()}
+    r.model.train()
+    running = torch.zeros((), device=acc.device)
     # A resumed run logs the sampling probabilities of its epoch only if it starts a new one.
-    seen, last_eval, epoch = 0, {}, sampler.epoch_of(start_step - 1) if start_step else None
-    bar = tqdm(total=total_steps, initial=start_step, desc="train", disable=not accelerator.is_main_process,
-               dynamic_ncols=True)
-    step_time = 0.0
-    for step in range(start_step, total_steps):
-        t_step = time.perf_counter()
-        task = sampler.task(step)
-        if sampler.epoch_of(step) != epoch and len(loaders) > 1:
-            epoch = sampler.epoch_of(step)
-            log({f"sampling/p/{t}": p for t, p in sampler.probs(epoch).items()}, step)
-        for _ in range(tcfg.gradient_accumulation_steps):
-            batch = next(iters[task])
-            with accelerator.accumulate(model):
-                logits = model(task, **batch_inputs(batch))
-                loss = task_loss(logits, batch["labels"], regression[task])
-                # Stop before a NaN/inf reaches the weights (and a checkpoint). One host sync per
-                # micro-batch: free on CPU, ~µs against a step of an encoder on GPU (HF Trainer's
-                # nan filter pays the same).
-                if not torch.isfinite(loss):
-                    raise NonFiniteLoss(f"training loss is {loss.item()} at step {step + 1} (task {task}); "
-                                        "lower train.learning_rate or check the data; the weights were not updated")
-                accelerator.backward(loss)
-                if accelerator.sync_gradients and tcfg.max_grad_norm > 0:
-                    accelerator.clip_grad_norm_(model.parameters(), tcfg.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-            running += loss.detach() / tcfg.gradient_accumulation_steps
-        step_time += time.perf_counter() - t_step
-        seen += 1
-        done = step + 1
-        bar.update(1)
-        if done % tcfg.log_every == 0 or done == total_steps:
-            # Averaged on the device; read back (a host sync) only at logging cadence. With several
-            # processes, the mean over all of them (every rank reaches this line at the same step).
-            mean = accelerator.reduce(running / seen, reduction="mean").item()
-            log({"train/loss": mean, "train/lr": scheduler.get_last_lr()[0],
-                 "train/epoch": sampler.epoch_of(step)}, done)
-            bar.set_postfix(loss=f"{mean:.4f}", task=task)
-            running.zero_()
-            seen = 0
-        if on_step is not None:
-            on_step(done)
-        if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == total_steps or \
-                (tcfg.eval_per_epoch and done % sampler.steps_per_epoch == 0):  # once per epoch, any length
-            last_eval = run_eval(done)
-            bar.set_postfix(score=f"{last_eval.get('eval/score', float('nan')):.4f}")
-    bar.close()
-    if total_steps > start_step:
-        log({"train/step_time_s": step_time / (total_steps - start_step)}, total_steps)
-    return last_eval
+    seen, last, epoch = 0, None, r.sampler.epoch_of(r.start - 1) if r.start else None
+    bar = tqdm(total=r.total, initial=r.start, desc="train", disable=not acc.is_main_process, dynamic_ncols=True)
+    step_time = 0.0  # seconds in training steps (forward, backward, update), without logging and evaluation
+    try:
+        with GUARD.deferred():  # signals wait for the end of the step, then save and stop
+            for step in range(r.start, r.total):
+                t_step = time.perf_counter()
+                task = r.sampler.task(step)
+                if r.sampler.epoch_of(step) != epoch and len(r.streams) > 1:
+                    epoch = r.sampler.epoch_of(step)
+                    tracker.log_metrics({f"sampling/p/{t}": p for t, p in r.sampler.probs(epoch).items()}, step)
+                for _ in range(tcfg.gradient_accumulation_steps):
+                    running += train_step(r, task, next(batches[task]), step) / tcfg.gradient_accumulation_steps
+                step_time += time.perf_counter() - t_step
+                seen += 1
+                done = step + 1
+                bar.update(1)
+                if done % tcfg.log_every == 0 or done == r.total:
+                    # Averaged on the device; read back (a host sync) only at logging cadence. With several
+                    # processes, the mean over all of them (every rank reaches this line at the same step).
+                    mean = acc.reduce(running / seen, reduction="mean").item()
+                    tracker.log_metrics({"train/loss": mean, "train/lr": r.scheduler.get_last_lr()[0],
+                                         "train/epoch": r.sampler.epoch_of(step)}, done)
+                    bar.set_postfix(loss=f"{mean:.4f}", task=task)
+                    running.zero_()
+                    seen = 0
+                r.saver.on_step(done)  # a periodic checkpoint; a deferred signal stops the run here, saved
+                if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == r.total or \
+                        (tcfg.eval_per_epoch and done % r.sampler.steps_per_epoch == 0):  # once per epoch, any length
+                    last = evaluate_logged(r, done)
+                    bar.set_postfix(score=f"{last[0].get('eval/score', float('nan')):.4f}")
+            bar.close()
+            if r.total > r.start:
+                tracker.log_metrics({"train/step_time_s": step_time / (r.total - r.start)}, r.total)
+        final, ev = last or evaluate_logged(r, r.total)  # resumed from a checkpoint at the last step
+    except KeyboardInterrupt:
+        r.saver.on_interrupt()
+        raise
+    tracker.log_metrics({"train/runtime_s": time.time() - t0}, r.total)
+
+    record(tracker, data, ev, final, r.total)
+    if r.cfg.predict:
+        rows = submission.write(r.model, acc, tracker, data, r.ctx.tokenizer, tcfg.eval_batch_size, r.cfg.seed)
+        acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
+    r.ctx.evaluation = ev
+    hook(r.method, "after_train")(acc.unwrap_model(r.model), r.ctx)
+    return final["eval/score"]
+
+
+def train_step(r: Recipe, task: str, batch: dict, step: int) -> torch.Tensor:
+    """One micro-batch: forward, loss, backward, and (once Accelerate's accumulation is complete)
+    clipping and the optimizer and schedule steps. Returns the detached loss."""
+    acc, tcfg = r.accelerator, r.cfg.train
+    with acc.accumulate(r.model):
+        logits = r.model(task, **batch_inputs(batch))
+        loss = task_loss(logits, batch["labels"], r.regression[task])
+        # Stop before a NaN/inf reaches the weights (and a checkpoint). One host sync per
+        # micro-batch: free on CPU, ~µs against a step of an encoder on GPU (HF Trainer's
+        # nan filter pays the same).
+        if not torch.isfinite(loss):
+            raise NonFiniteLoss(f"training loss is {loss.item()} at step {step + 1} (task {task}); "
+                                "lower train.learning_rate or check the data; the weights were not updated")
+        acc.backward(loss)
+        if acc.sync_gradients and tcfg.max_grad_norm > 0:
+            acc.clip_grad_norm_(r.model.parameters(), tcfg.max_grad_norm)
+        r.optimizer.step()
+        r.scheduler.step()
+        r.optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def evaluate_logged(r: Recipe, step: int) -> tuple[dict, Evaluation]:
+    """Evaluate on every dev set, keep the best weights, log eval/* at `step`. -> (flat metrics, evaluation)."""
+    with GUARD.deferred(False):  # a signal during evaluation stops it at once
+        ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)
+    flat = eval_metrics(ev.results, {name: s.name for name, s in r.eval_specs.items()})
+    warn_undefined(ev.results, r.undefined, r.tracker, r.accelerator)
+    r.saver.save_best(r.model, step, flat["eval/score"])
+    r.tracker.log_metrics(flat | {"eval/best_score": r.saver.best}, step)
+    return flat, ev

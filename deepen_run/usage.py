@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import typing
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -59,7 +60,7 @@ def sections(cls, prefix: str = "") -> Iterator[tuple[str, str, list[tuple[str, 
 
 def is_section(cls, f: dataclasses.Field) -> bool:
     """A nested config (backbone, train, ...) or a node a group fills whole (method: Any = MISSING)."""
-    any_node = inspect.get_annotations(cls, eval_str=True).get(f.name) is Any and f.default is MISSING
+    any_node = typing.get_type_hints(cls).get(f.name) is Any and f.default is MISSING
     return any_node or _sub(cls, f) is not None
 
 
@@ -67,8 +68,7 @@ def _sub(cls, f: dataclasses.Field):
     d = _default(f)
     if dataclasses.is_dataclass(d):
         return type(d)
-    hints = inspect.get_annotations(cls, eval_str=True)
-    t = hints.get(f.name)
+    t = typing.get_type_hints(cls).get(f.name)  # inherited fields too (deepen-probe's Inputs)
     return t if isinstance(t, type) and dataclasses.is_dataclass(t) else None
 
 

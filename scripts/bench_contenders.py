@@ -1,7 +1,8 @@
 """The contenders of `make bench`, each a real training loop fed the same batches.
 
 - deepen-run: the runner's own pieces (fast.make_accelerator, data.make_loader, methods build,
-  train.optimizer_for / scheduler_for / train / evaluate, a real MLflow Tracker): nothing re-implemented.
+  train.optimizer_for / scheduler_for / train_step, evaluation.evaluate, a real MLflow Tracker) in the
+  recipe's loop (train.fit's steps, loss logging and evaluation cadence; no checkpoints).
 - trainer: transformers.Trainer on AutoModelForSequenceClassification (what run_glue.py trains),
   DataCollatorWithPadding, examples in the given order (train_sampling_strategy=sequential).
 - trainer-pad128: the same, padded to max_length like run_glue.py's default (pad_to_max_length).
@@ -30,7 +31,8 @@ from deepen_run.model import task_loss
 from deepen_run.sampling import TaskSampler
 from deepen_run.tracking import Tracker
 from deepen_run.predict import batch_inputs
-from deepen_run.train import eval_metrics, evaluate, optimizer_for, scheduler_for, train
+from deepen_run.evaluation import eval_metrics, evaluate
+from deepen_run.train import Recipe, forever, optimizer_for, scheduler_for, train_step
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -55,17 +57,31 @@ def deepen_run(cfg, spec, tok, ordered, dev, init_state, lap, tracking_uri) -> d
     scheduler = scheduler_for(optimizer, tcfg, tcfg.max_steps)
     model, optimizer, scheduler, loader, dev_loader = accelerator.prepare(model, optimizer, scheduler, loader,
                                                                           dev_loader)
+    r = Recipe(cfg, ctx=None, method=None, model=model, optimizer=optimizer, scheduler=scheduler,
+               accelerator=accelerator, tracker=tracker, sampler=sampler, streams={spec.name: loader},
+               regression={spec.name: spec.is_regression}, dev={spec.name: dev_loader},
+               eval_specs={spec.name: spec}, saver=None, total=tcfg.max_steps, start=0)
 
     def run_eval(step):
-        results, _ = evaluate(model, accelerator, {spec.name: dev_loader}, {spec.name: spec})
-        flat = eval_metrics(results, {spec.name: spec.name})
+        flat = eval_metrics(evaluate(model, accelerator, r.dev, r.eval_specs).results, {spec.name: spec.name})
         tracker.log_metrics(flat, step)
         return flat
 
     torch.manual_seed(cfg.seed)
     lap.begin()
-    final = train(model, optimizer, scheduler, accelerator, {spec.name: loader}, {spec.name: spec}, sampler,
-                  tcfg.max_steps, tcfg, tracker.log_metrics, run_eval, on_step=lap.step)
+    batches, running, final = forever(loader), torch.zeros((), device=accelerator.device), {}
+    model.train()
+    for step in range(r.total):  # train.fit's loop, less checkpoints and the sampler (one task)
+        for _ in range(tcfg.gradient_accumulation_steps):
+            running += train_step(r, spec.name, next(batches), step) / tcfg.gradient_accumulation_steps
+        done = step + 1
+        if done % tcfg.log_every == 0 or done == r.total:
+            tracker.log_metrics({"train/loss": accelerator.reduce(running / tcfg.log_every, reduction="mean").item(),
+                                 "train/lr": scheduler.get_last_lr()[0]}, done)
+            running.zero_()
+        lap.step(done)
+        if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == r.total:
+            final = run_eval(done)
     tracker.end("FINISHED")
     return {"dev_accuracy": final[f"eval/{spec.name}/accuracy"]}
 

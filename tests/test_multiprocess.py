@@ -3,6 +3,7 @@
 torchrun is the engine under `accelerate launch --multi_gpu`; on a machine without a GPU,
 deepen_run.fast tells Accelerate to use CPU DDP (gloo).
 """
+import csv
 import math
 import os
 import subprocess
@@ -43,14 +44,16 @@ def test_mixed_precision_auto_is_fp32_on_cpu_and_typos_fail(glue_dir):
 @pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_two_cpu_processes_make_one_run(glue_dir, tmp_path):
+@pytest.mark.parametrize("method", ["baseline", "hire"])
+def test_two_cpu_processes_make_one_run(glue_dir, tmp_path, method):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "CUDA_VISIBLE_DEVICES": ""}
     # Two tasks: both ranks must draw the same task each step, and DDP must accept the other
     # task's head getting no gradient.
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        "-m", "deepen_run.cli", "task.names=[sst2,rte]", "backbone=tiny", f"data.glue_dir={glue_dir}",
+                        "-m", "deepen_run.cli", "task.names=[sst2,rte]", "backbone=tiny", f"method={method}",
+                        "method.include_embeddings=true" if method == "hire" else "seed=42", f"data.glue_dir={glue_dir}",
                         "data.max_train_samples=256", "data.max_eval_samples=101", "data.max_seq_length=48",
                         "train.max_steps=6", "train.log_every=2", "train.batch_size=8", "train.learning_rate=1e-3",
                         f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"],
@@ -72,7 +75,12 @@ def test_two_cpu_processes_make_one_run(glue_dir, tmp_path):
         rows = open(client.download_artifacts(run.info.run_id, f"predictions/{task}.tsv")).read().splitlines()
         assert len(rows) == 1 + 101
         assert len({row.split("\t")[0] for row in rows[1:]}) == 101
+        if method == "hire":  # the report's importances came gathered, in dev order, from the evaluation
+            report = list(csv.DictReader(open(client.download_artifacts(run.info.run_id, "hire/examples.csv"))))
+            labels = [float(row.split("\t")[2]) for row in rows[1:17]]
+            assert [float(e["label"]) for e in report if e["task"] == task] == labels
+            assert sum(m[f"hire/{task}/layer_{j}"] for j in (0, 1)) == pytest.approx(1, abs=1e-5)
     # One Hydra run directory (rank 0's); the other rank wrote nothing of Hydra's.
     assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()
     assert not (tmp_path / ".hydra").exists() and not list(tmp_path.glob("*.log"))
-    assert {p.name for p in tmp_path.iterdir()} <= {"run", "mlflow.db", "mlflow.db.lock", "mlartifacts"}
+    assert {p.name for p in tmp_path.iterdir()} <= {"run", "mlflow.db", "mlflow.db.lock", "mlartifacts", "cache"}

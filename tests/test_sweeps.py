@@ -36,6 +36,7 @@ def test_parallel_sweep_is_one_parent_with_a_finished_child_per_job(joblib_sweep
     (parent,), children = split(runs)
     assert len(runs) == 4 and len(children) == 3
     assert parent.info.status == "FINISHED"
+    assert "interrupted" not in parent.data.tags  # closed by the sweep's end, not by the exit handler
     sweep_id = parent.data.tags["sweep_id"]
     assert parent.data.tags["launcher"] == "JoblibLauncher"
     assert parent.data.params["seed"] == "1,2,3" and parent.data.params["sweep.jobs"] == "3"
@@ -78,7 +79,7 @@ def test_report_cell_is_mean_and_std_of_the_children(joblib_sweep, capsys):
 
 
 def test_child_run_names_carry_the_swept_values():
-    from deepen_run.sweep import SweepJob
+    from deepen_run.sweep_jobs import SweepJob
 
     info = {"params": {"method.gru_layers": "1,2,3", "method.layers": "[2,3]", "seed": "1,2",
                        "train.learning_rate": "interval(1e-5, 1e-4)", "dry_run": "true"}}

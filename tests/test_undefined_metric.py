@@ -5,9 +5,8 @@ import math
 from mlflow.tracking import MlflowClient
 
 from deepen_run import metrics
-from deepen_run.runner import warn_undefined
+from deepen_run.evaluation import eval_metrics, warn_undefined
 from deepen_run.tracking import Tracker
-from deepen_run.train import eval_metrics
 
 REFS = [0.0, 1.5, 3.0, 4.5, 5.0, 2.0]
 TASK_OF = {"stsb": "stsb", "mrpc": "mrpc"}
@@ -63,9 +62,9 @@ def test_warning_once_and_tag_in_the_mlflow_store(tmp_path):
     tracker = Tracker(uri, "undefined")
     tracker.check()
     tracker.start("run", {})
-    state, console = {"undefined": []}, Console()
+    seen, console = [], Console()
     for _ in range(2):  # two evaluations, the same metric undefined in both
-        warn_undefined(real_results([2.5] * len(REFS)), state, tracker, console)
+        warn_undefined(real_results([2.5] * len(REFS)), seen, tracker, console)
     tracker.end("FINISHED")
     assert len(console.lines) == 1 and console.lines[0].startswith("deepen-run: warning: stsb/pearson")
     tags = MlflowClient(uri).get_run(tracker.run_id).data.tags

@@ -29,6 +29,10 @@ class MethodModel(Protocol):
     def forward(self, task: str, input_ids, attention_mask, token_type_ids=None) -> Any:
         """-> logits (B, num_labels of task), float; (B, 1) for a regression task."""
 
+    # Optional: eval_extras() -> {key: tensor (B, ...)} of the batch just evaluated (HIRE: its layer
+    # importances), which the shared prediction loop (deepen_run/predict.py) gathers in dev order for
+    # the after_train hook, so a method's report needs no second pass over the dev set.
+
 
 @runtime_checkable
 class MethodConfigModule(Protocol):

@@ -150,7 +150,15 @@ class HireClassifier(nn.Module):
         return pool(fused, attention_mask, self.cfg.pool), alpha
 
     def forward(self, task, input_ids, attention_mask, token_type_ids=None):
-        return self.heads[task](self.features(task, input_ids, attention_mask, token_type_ids)[0])
+        pooled, alpha = self.features(task, input_ids, attention_mask, token_type_ids)
+        if not self.training:  # evaluation keeps the batch's importances for the report (eval_extras)
+            self._alpha = alpha.detach()
+        return self.heads[task](pooled)
+
+    def eval_extras(self) -> dict:
+        """The last evaluated batch's importances alpha (B, J), picked up by the shared prediction
+        loop after each forward, so the report needs no second pass over the dev sets."""
+        return {"alpha": self._alpha}
 
     def importance(self, task, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         return self.features(task, input_ids, attention_mask, token_type_ids)[1]

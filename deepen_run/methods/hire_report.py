@@ -15,31 +15,27 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from deepen_run import data as gd
 from deepen_run.figures import plt
-from deepen_run.predict import batch_inputs
 
 
-@torch.no_grad()
-def collect(model, ctx, task: str, sample: int):
-    """-> mean alpha (J,) over all of the task's dev sets, and (texts, labels, alpha (n, J)) of the first `sample`."""
-    tok, device = ctx.tokenizer, ctx.accelerator.device
+def collect(ev, ctx, task: str, sample: int):
+    """-> mean alpha (J,) over all of the task's dev sets, and (texts, labels, alpha (n, J)) of the first
+    `sample`, from the importances the final evaluation kept (evaluation.Evaluation.extras): no second
+    pass over the dev sets. The mean adds batch by batch, as the evaluation ran them."""
     total, n = None, 0
     texts, labels, first = [], [], []
-    for ds in ctx.data[task].dev.values():
-        loader = gd.make_loader(ds, tok, ctx.cfg.train.eval_batch_size, False, ctx.cfg.seed)
-        for batch in tqdm(loader, desc=f"HIRE importances {task}", leave=False, dynamic_ncols=True):
-            batch = {k: v.to(device) for k, v in batch.items()}
-            alpha = model.importance(task, **batch_inputs(batch)).float()
+    for name, ds in ctx.data[task].dev.items():
+        chunks = [a.float() for a in ev.extras[name]["alpha"]]
+        for alpha in chunks:
             total = alpha.sum(0) if total is None else total + alpha.sum(0)
             n += alpha.shape[0]
-            take = max(0, sample - len(first))
-            if take:
-                first.extend(alpha[:take].cpu())
-                texts.extend(tok.batch_decode(batch["input_ids"][:take], skip_special_tokens=True))
-                labels.extend(batch["labels"][:take].tolist())
-    mean = (total / n).cpu()
-    return mean, texts, labels, torch.stack(first) if first else torch.zeros(0, mean.numel())
+        k = max(0, min(sample - len(texts), len(ds)))
+        if k:
+            first.append(torch.cat(chunks)[:k])
+            texts += ctx.tokenizer.batch_decode(ds[:k]["input_ids"], skip_special_tokens=True)
+            labels += ev.refs[name][:k]
+    mean = total / n
+    return mean, texts, labels, torch.cat(first) if first else torch.zeros(0, mean.numel())
 
 
 def snippet(text: str, width: int = 48) -> str:
@@ -79,10 +75,8 @@ def record(model, ctx) -> None:
     cols = model.layer_labels
     names = [f"layer_{c}" for c in cols]  # CSV columns; metrics use the quote-free model.layer_names
     means, example_rows = {}, []
-    was_training = model.training
-    model.eval()
-    for spec in ctx.tasks:
-        mean, texts, labels, alphas = collect(model, ctx, spec.name, sample)
+    for spec in tqdm(ctx.tasks, desc="HIRE report", leave=False, dynamic_ncols=True):
+        mean, texts, labels, alphas = collect(ctx.evaluation, ctx, spec.name, sample)
         means[spec.name] = mean
         for k, (text, label, a) in enumerate(zip(texts, labels, alphas)):
             example_rows.append({"task": spec.name, "example": k, "label": label, "text": snippet(text, 120),
@@ -93,7 +87,6 @@ def record(model, ctx) -> None:
             fig = heatmap(alphas.numpy(), rows, cols, f"{spec.name}: importance per dev example", "dev example")
             ctx.tracker.log_figure(fig, f"hire/examples/{spec.name}.png")
             plt.close(fig)
-    model.train(was_training)
 
     table = [{"task": t, **{nm: round(float(x), 6) for nm, x in zip(names, m)}} for t, m in means.items()]
     ctx.tracker.log_csv(table, "hire/importance.csv")
