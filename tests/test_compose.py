@@ -190,8 +190,8 @@ def test_duplicate_method_and_baseline_on_duplicated_backbone_give_identical_met
 @pytest.mark.e2e
 def test_grid_of_gru_depth_and_duplicated_layers_is_one_parent(tmp_path, glue_dir):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    r = cli("-m", "method=hire", "method.gru_layers=1,2,3", "backbone.duplicate_layers=[],[2],[2,3]",
-            "task=rte", "backbone=minilm", "train.max_steps=2", "data.max_train_samples=64",
+    r = cli("-m", "method=hire", "method.gru_layers=1,2,3", "backbone.duplicate_layers=[],[0],[0,1]",
+            "task=rte", "backbone=tiny", "train.max_steps=2", "data.max_train_samples=64",
             "data.max_eval_samples=64", "data.max_seq_length=32", "train.batch_size=8", "method.report_examples=2",
             "backbone.cosine_samples=16", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
             f"hydra.sweep.dir={tmp_path}/sweep", timeout=HANG)
@@ -201,7 +201,7 @@ def test_grid_of_gru_depth_and_duplicated_layers_is_one_parent(tmp_path, glue_di
     children = [x for x in runs if x.data.tags.get("sweep_role") == "child"]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(children) == 9 and all(c.info.status == "FINISHED" for c in children)
-    depth = {"[]": 6, "[2]": 7, "[2,3]": 8}
+    depth = {"[]": 2, "[0]": 3, "[0,1]": 4}  # the tiny BERT has 2 layers
     seen = set()
     for c in children:
         assert c.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
@@ -211,12 +211,12 @@ def test_grid_of_gru_depth_and_duplicated_layers_is_one_parent(tmp_path, glue_di
         seen.add((gru, dup))
         assert c.data.params["method.gru_layers"] == gru
         assert c.data.metrics["model/num_layers"] == depth[dup]
-        # HIRE's importances name the copies: layer 3 (0-based 2) copied is 3' (metric layer_3_copy1).
-        assert ("hire/rte/layer_3_copy1" in c.data.metrics) == (dup != "[]")
+        # HIRE's importances name the copies: layer 1 (0-based 0) copied is 1' (metric layer_1_copy1).
+        assert ("hire/rte/layer_1_copy1" in c.data.metrics) == (dup != "[]")
         assert ("duplicate/cosine_before_finetune" in c.data.metrics) == (dup != "[]")
     assert seen == {(g, d) for g in "123" for d in depth}
-    dup23 = next(c for c in children if "duplicate_layers=[2,3]" in c.data.tags["mlflow.runName"])
-    with open(client.download_artifacts(dup23.info.run_id, "hire/importance.csv")) as fh:
+    dup01 = next(c for c in children if "duplicate_layers=[0,1]" in c.data.tags["mlflow.runName"])
+    with open(client.download_artifacts(dup01.info.run_id, "hire/importance.csv")) as fh:
         header = next(csv.reader(fh))
-    # hidden_states 1..7 of 8 layers (0-based 2 and 3 copied), the last one (6) being R.
-    assert header == ["task", "layer_1", "layer_2", "layer_3", "layer_3'", "layer_4", "layer_4'", "layer_5"]
+    # hidden_states 1..3 of 4 layers (0-based 0 and 1 copied), the last one (2') being R.
+    assert header == ["task", "layer_1", "layer_1'", "layer_2"]
