@@ -31,6 +31,10 @@ def check_glue_dir(glue_dir: Optional[str], specs: list[TaskSpec], need_train: b
         if not ds_config.HF_HUB_OFFLINE and not hub_reachable():
             raise UserError("data.glue_dir is unset, so GLUE comes from the Hugging Face Hub, which is "
                             "unreachable; set DEEPEN_GLUE_DIR or data.glue_dir=<folder of GLUE TSVs>")
+        if ds_config.HF_HUB_OFFLINE and not _in_hf_cache(ds_config.HF_DATASETS_CACHE, specs):
+            raise UserError("data.glue_dir is unset and HF_HUB_OFFLINE=1, but GLUE is not in the Hugging Face "
+                            f"cache ({ds_config.HF_DATASETS_CACHE}); set DEEPEN_GLUE_DIR or data.glue_dir=<folder "
+                            "of GLUE TSVs>")
         return
     root = Path(glue_dir)
     hint = "point it (or DEEPEN_GLUE_DIR) at a folder of GLUE TSVs (<TASK>/train.tsv, dev.tsv), or unset it to use the Hub"
@@ -52,6 +56,17 @@ def check_glue_dir(glue_dir: Optional[str], specs: list[TaskSpec], need_train: b
                     raise UserError(f"task {spec.name}: folder {d} is not readable (permissions); chmod it")
             if not os.access(f, os.R_OK):
                 raise UserError(f"task {spec.name}: {f} is not readable (permissions); chmod it")
+
+
+def _in_hf_cache(datasets_cache: str, specs: list[TaskSpec]) -> bool:
+    """Offline, `load_dataset("nyu-mll/glue", task)` can only read a cached copy: the prepared one in the
+    datasets cache, or the raw files in the Hub cache. Looking for their folders is cheap and saves
+    loading the model only to fail on the data."""
+    from huggingface_hub import constants
+
+    if (Path(constants.HF_HUB_CACHE) / "datasets--nyu-mll--glue").is_dir():
+        return True
+    return all((Path(datasets_cache) / "nyu-mll___glue" / s.name).is_dir() for s in specs)
 
 
 def _text(path: Path) -> str:

@@ -8,15 +8,15 @@ learning rate and schedule. Prints Markdown tables and writes outputs/bench/benc
    the ratios; dev accuracy of each after the same steps; peak memory growth;
 2. step time of every registered method (hire, pals, duplicate with k = 1, 2, 4 layers) vs baseline;
 3. step time vs sequence length (32, 64, 128, 256);
-4. start-up: whole-process time of a dry run and of a rejected override, as ratios to
-   `python -c "import torch"` (scripts/bench_startup.py).
+4. whole processes (scripts/bench_startup.py): a dry run and a rejected override as ratios to
+   `python -c "import torch"`, and a 60-step HIRE run as a ratio to the same baseline run.
 Contenders take turns in chunks of steps (scripts/bench_race.py) and reports are medians over
 chunks, so a noisy shared machine yields fair ratios (absolute numbers move with the load).
 
     python scripts/bench.py                 # the defaults `make bench` uses (MiniLM, SST-2)
     python scripts/bench.py --quick         # smoke run, a minute or two
     python scripts/bench.py --backbone bert_base --steps 200
-    python scripts/bench.py --startup-only  # just the start-up section
+    python scripts/bench.py --startup-only  # just the whole-process section (--whole-rounds 0: start-up only)
     python scripts/bench.py --methods-only --method-batches full --method-override method.gru_layers=3
                                             # method step times alone (HIRE's worst case: no padding)
 """
@@ -74,6 +74,8 @@ def parse(argv=None):
     p.add_argument("--quick", action="store_true", help="smoke run: few steps, short table")
     p.add_argument("--startup-only", action="store_true", help="only the start-up section")
     p.add_argument("--startup-rounds", type=int, default=3, help="interleaved start-up rounds after a warm-up")
+    p.add_argument("--whole-rounds", type=int, default=2,
+                   help="interleaved rounds of the whole 60-step hire/baseline runs (0: skip them)")
     p.add_argument("--methods-only", action="store_true", help="only the method step-time table")
     p.add_argument("--method-batches", choices=("sst2", "full"), default="sst2",
                    help="method table batches: real examples, dynamically padded (sst2) or every token real (full)")
@@ -81,6 +83,7 @@ def parse(argv=None):
     a = p.parse_args(argv)
     if a.quick:
         a.steps, a.chunk, a.method_steps, a.rounds, a.lengths, a.max_eval = 8, 4, 1, 2, [32, 64], a.max_eval or 128
+        a.startup_rounds, a.whole_rounds = 1, 0
     if a.startup_only and a.methods_only:
         p.error("--startup-only and --methods-only exclude each other")
     if a.steps % a.chunk or a.steps // a.chunk < 2:
@@ -220,7 +223,7 @@ def main(argv=None) -> dict:
     report = {"settings": vars(a)}
     if not a.methods_only:  # first, before this process's threads load the machine
         print("bench: start-up rounds", flush=True)
-        report["startup"] = bench_startup.measure(a.startup_rounds)
+        report["startup"] = bench_startup.measure(a.startup_rounds, a.whole_rounds)
     if not a.startup_only:
         training(a, report)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -82,3 +82,14 @@ def cli(*args: str, timeout: int = HANG, env: dict | None = None, prog: str = "d
     e = {**os.environ, **(env or {})}
     exe = Path(sys.executable).with_name(prog)
     return subprocess.run([str(exe), *isolated(args)], capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def token_batch(B=3, T=9) -> dict:
+    """A fixed batch of B token sequences of length T, the first padded after 5 tokens."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1000, 2000, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[0, 5:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}

@@ -107,6 +107,7 @@ CASES = [
     ("zero-lr", ["train.learning_rate=0"], "train.learning_rate"),
     ("zero-batch", ["train.batch_size=0"], "train.batch_size"),
     ("no-glue-dir", ["data.glue_dir=/no/such/glue"], "/no/such/glue"),
+    ("glue-not-cached-offline", ["data.glue_dir=null"], "GLUE is not in the Hugging Face cache"),
     ("task-files-missing", ["task=qnli"], "QNLI/train.tsv"),
     ("wrong-columns", ["data.glue_dir={cols}"], "SST-2/train.tsv:3"),
     ("label-outside-set", ["data.glue_dir={label}"], "SST-2/train.tsv:3: label '7'"),

@@ -7,7 +7,7 @@ import csv
 import pytest
 import torch
 
-from conftest import HANG, cli, make_cfg, runs_of
+from conftest import HANG, cli, make_cfg, runs_of, token_batch
 from deepen_run import backbone as bb
 from deepen_run import duplication
 from deepen_run.errors import UserError
@@ -34,14 +34,6 @@ def build(method: str, *extra, dup=DUP):
     return model, param_report(model, n, count(backbone) - n), cfg
 
 
-def batch(B=3, T=9):
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(1000, 2000, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long)
-    mask[0, 5:] = 0
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-
-
 def layer_size(cfg) -> int:
     return count(bb.load_model(cfg.backbone).encoder.layer[1])
 
@@ -54,10 +46,10 @@ def test_every_method_runs_on_the_deeper_backbone(method):
     assert sources(model.backbone) == [0, 1, 1, 1]
     model.eval()
     for task, n in [("sst2", 2), ("stsb", 1), ("rte", 2)]:
-        assert model(task, **batch()).shape == (3, n)
+        assert model(task, **token_batch()).shape == (3, n)
     # What trains: every method here fine-tunes the encoder, copies included, exactly like their source.
     model.train()
-    model("sst2", **batch()).sum().backward()
+    model("sst2", **token_batch()).sum().backward()
     for pos in range(4):
         assert all(p.requires_grad for p in layers[pos].parameters())
         assert layers[pos].intermediate.dense.weight.grad is not None, f"layer {pos} got no gradient"
@@ -88,7 +80,7 @@ def test_pals_closed_form_counts_a_pal_per_layer_copies_included(dup, depth):
 def test_pals_route_through_the_copies():
     model, _, _ = build("pals")
     model.train()
-    model("sst2", **batch()).sum().backward()
+    model("sst2", **token_batch()).sum().backward()
     # The PAL of the last copy (position 3) trains: TS(h) was added inside that layer.
     assert model.pals["sst2"].attention[3].qkv.weight.grad is not None
     assert model.pals["rte"].attention[3].qkv.weight.grad is None
@@ -101,7 +93,7 @@ def test_hire_reads_and_labels_the_copies():
     assert model.layer_labels == ["1", "2", "2'"]
     assert model.layer_names == ["layer_1", "layer_2", "layer_2_copy1"]
     model.eval()
-    alpha = model.importance("sst2", **batch())
+    alpha = model.importance("sst2", **token_batch())
     assert alpha.shape == (3, 3) and torch.allclose(alpha.sum(-1), torch.ones(3))
     model, _, _ = build("hire", "method.include_embeddings=true", dup=[0, 0, 1])
     assert model.layer_labels == ["0", "1", "1'", "1''", "2"]

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from conftest import cli, make_cfg, runs_of
+from conftest import cli, make_cfg, runs_of, token_batch
 from deepen_run import backbone as bb
 from deepen_run import duplication
 from deepen_run.errors import UserError
@@ -27,14 +27,6 @@ def build(layers, seed=0):
 def positions(model):
     """Positions of the original layers in the deeper stack, from the source list the backbone carries."""
     return original_positions(sources(model.backbone))
-
-
-def inputs(B=3, T=9):
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(1000, 2000, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long)
-    mask[0, 5:] = 0
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
 
 
 def same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
@@ -68,7 +60,7 @@ def test_listing_a_layer_twice_gives_two_copies():
 def test_original_positions_reproduce_the_pretrained_model():
     torch.manual_seed(0)
     plain = bb.load_model(make_cfg("backbone=tiny").backbone).eval()
-    x = inputs()
+    x = token_batch()
     with torch.no_grad():
         want = plain(**x).last_hidden_state
     model, _ = build([0, 1, 1])
@@ -88,7 +80,7 @@ def test_copy_and_source_train_independently():
     # A step that only updates the copy leaves its source unchanged.
     before = {k: v.clone() for k, v in src.state_dict().items()}
     opt = torch.optim.SGD(cp.parameters(), lr=1.0)
-    model("sst2", **inputs()).sum().backward()
+    model("sst2", **token_batch()).sum().backward()
     opt.step()
     assert all(torch.equal(src.state_dict()[k], v) for k, v in before.items())
     assert not same(src, cp)
@@ -96,7 +88,7 @@ def test_copy_and_source_train_independently():
     model, _ = build([0])
     src, cp = model.backbone.encoder.layer[0], model.backbone.encoder.layer[1]
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    model("sst2", **inputs()).sum().backward()
+    model("sst2", **token_batch()).sum().backward()
     assert not torch.equal(src.intermediate.dense.weight.grad, cp.intermediate.dense.weight.grad)
     opt.step()
     assert not same(src, cp)
@@ -110,7 +102,7 @@ def test_save_pretrained_round_trip(tmp_path):
     assert loaded.config.num_hidden_layers == 5 and len(loaded.encoder.layer) == 5
     assert [layer.attention.self.layer_idx for layer in loaded.encoder.layer] == list(range(5))
     with torch.no_grad():
-        a, b = backbone(**inputs()), loaded(**inputs())
+        a, b = backbone(**token_batch()), loaded(**token_batch())
     assert torch.equal(a.last_hidden_state, b.last_hidden_state)
     assert torch.equal(a.pooler_output, b.pooler_output)
 

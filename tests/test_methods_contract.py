@@ -6,7 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import make_cfg
+from conftest import make_cfg, token_batch
 from deepen_run import backbone as bb
 from deepen_run.config import ROOT
 from deepen_run.glue import get_tasks
@@ -27,14 +27,6 @@ def build(method: str, *extra):
     return model, n
 
 
-def batch(B=3, T=9):
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(1000, 2000, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long)
-    mask[0, 5:] = 0
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-
-
 @pytest.mark.parametrize("method", list(METHODS))
 def test_method_yaml_name_and_module_agree(method):
     assert make_cfg(f"method={method}").method.name == method
@@ -46,14 +38,14 @@ def test_output_shapes(method):
     model, _ = build(method)
     model.eval()
     for task, n in [("sst2", 2), ("stsb", 1), ("rte", 2)]:
-        assert model(task, **batch()).shape == (3, n)
+        assert model(task, **token_batch()).shape == (3, n)
 
 
 @pytest.mark.parametrize("method", list(METHODS))
 def test_trainable_parameters_get_gradients(method):
     model, _ = build(method)
     model.train()
-    model("sst2", **batch()).sum().backward()
+    model("sst2", **token_batch()).sum().backward()
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable
     # The active task's head and the backbone's top layer (if it trains) get gradients.
