@@ -15,6 +15,7 @@ from pathlib import Path
 from deepen_run import tsv
 from deepen_run.errors import UserError
 from deepen_run.glue import TaskSpec, get_tasks
+from deepen_run.util import sqlite_path
 
 POSITIVE = ("learning_rate", "new_params_lr_scale", "batch_size", "eval_batch_size", "gradient_accumulation_steps",
             "log_every")
@@ -120,9 +121,9 @@ def tracking_store(t) -> None:
     (for root, write access to anything not on a read-only mount)."""
     if not str(t.experiment or "").strip():
         raise UserError("tracking.experiment is empty; name the MLflow experiment (default: deepen-run)")
-    if not t.uri.startswith("sqlite:///"):
+    db = sqlite_path(t.uri)
+    if db is None:
         return  # a server: Tracker.check reaches it before the run
-    db = Path(t.uri[len("sqlite:///"):])
     if db.is_dir():
         raise UserError(f"tracking.uri={t.uri}: {db} is a folder, not a database file")
     if db.exists() and not os.access(db, os.R_OK | os.W_OK):

@@ -21,6 +21,7 @@ from deepen_run.errors import UserError
 from deepen_run.methods.hire_config import Config, check, check_method  # noqa: F401 (the method's contract)
 from deepen_run.model import TaskHeads, pool
 
+
 def reverse_within(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverse each sequence's first `lengths` positions, leaving its padding in place (an involution)."""
     t = torch.arange(x.shape[1], device=x.device)
