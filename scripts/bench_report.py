@@ -45,7 +45,7 @@ def race_targets(race: dict) -> list[tuple]:
          race["trainer-pad128"]["deepen_run_speedup"] >= SPEED_VS_PAD128),
         ("efficiency (vs bare loop)", race["bare"]["deepen_run_speedup"], f">= {EFFICIENCY}",
          race["bare"]["deepen_run_speedup"] >= EFFICIENCY),
-        ("|dev accuracy - Trainer's| (points)", 100 * abs(dr["dev_accuracy"] - race["trainer"]["dev_accuracy"]),
+        ("\\|dev accuracy - Trainer's\\| (points)", 100 * abs(dr["dev_accuracy"] - race["trainer"]["dev_accuracy"]),
          f"<= {ACC_POINTS}", 100 * abs(dr["dev_accuracy"] - race["trainer"]["dev_accuracy"]) <= ACC_POINTS),
     ]
 
