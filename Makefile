@@ -59,7 +59,7 @@ study: install
 # Ablations at the study's scale, one sweep each, into the same experiment (their baselines are grid A's).
 study-ablations: install
 	for s in abl_hire abl_duplicate abl_lr; do $(BIN)/deepen-run -m +study=$$s $(STUDY_ARGS) || exit 1; done
-	$(BIN)/deepen-report --experiment study --out outputs/study/ablations
+	$(BIN)/deepen-report --experiment study --tasks sst2,stsb --out outputs/study/ablations
 
 # Run folders (logs, kept checkpoints) and the tokenization cache; the MLflow store
 # (outputs/mlflow.db, outputs/mlartifacts) is kept: `make clean-all` removes it too.

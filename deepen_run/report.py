@@ -40,6 +40,15 @@ def _stats(vals: list[float]) -> dict:
             "n": len(vals)}
 
 
+def _per_seed(pairs: list[tuple[str, float]]) -> list[float]:
+    """One value a seed: two sweeps that both ran a setting with the same seed (an ablation repeating
+    the main grid's default) count once, as their mean, so n and the std are over seeds."""
+    by_seed: dict[str, list[float]] = {}
+    for seed, v in pairs:
+        by_seed.setdefault(seed, []).append(v)
+    return [statistics.fmean(v) for v in by_seed.values()]
+
+
 def _seed_avgs(per_task: dict[str, list[tuple[str, float]]], tasks: list[str]) -> dict[str, float]:
     """The average over `tasks` for every seed that has them all (several runs of a seed: their mean)."""
     by_seed = [{s: statistics.fmean(v for s2, v in per_task[t] if s2 == s) for s, _ in per_task[t]} for t in tasks]
@@ -81,10 +90,11 @@ def _sizes(runs: list[dict]) -> dict:
     return out
 
 
-def build(runs: list[dict]) -> dict:
-    """runs: tracking.find_runs dicts. Returns {"tasks": [...], "rows": [...]}; a row has backbone,
-    method, setup, settings (its label), per task and "avg" {"mean", "std", "n"} or None, "delta"
-    (vs its baseline) and "baseline" (that row's index, 1-based), the sizes, and "n" (seeds)."""
+def build(runs: list[dict], only: Optional[list[str]] = None) -> dict:
+    """runs: tracking.find_runs dicts; only: these tasks' columns (and average, delta) alone. Returns
+    {"tasks": [...], "rows": [...]}; a row has backbone, method, setup, settings (its label), per task
+    and "avg" {"mean", "std", "n"} or None, "delta" (vs its baseline) and "baseline" (that row's
+    index, 1-based), the sizes, and "n" (seeds)."""
     groups: dict[tuple, dict[str, list[tuple[str, float]]]] = {}  # key -> task -> [(seed, value)]
     members: dict[tuple, list[dict]] = {}
     for r in runs:
@@ -93,7 +103,7 @@ def build(runs: list[dict]) -> dict:
             continue
         key = rr.key_of(r)
         for t in rr.tasks_of(r):
-            v = task_value(r["metrics"], t) if t in TASKS else None
+            v = task_value(r["metrics"], t) if t in TASKS and (only is None or t in only) else None
             if v is not None:
                 groups.setdefault(key, {}).setdefault(t, []).append((tags.get("seed", r["run_id"]), v))
                 if r not in members.setdefault(key, []):
@@ -107,12 +117,12 @@ def build(runs: list[dict]) -> dict:
         row = {"backbone": d["backbone.name"], "method": d["method.name"], "setup": rr.setup(key),
                "settings": label[key]}
         for t in order:
-            row[t] = _stats([v for _, v in per_task[t]]) if t in per_task else None
+            row[t] = _stats(_per_seed(per_task[t])) if t in per_task else None
         # The average's spread is over the seeds that have every task of the row.
         per_seed = list(_seed_avgs(per_task, list(per_task)).values())
         row["avg"] = {"mean": statistics.fmean(row[t]["mean"] for t in per_task),
                       "std": _stats(per_seed)["std"] if per_seed else None, "n": len(per_seed)}
-        row["n"] = max(len(v) for v in per_task.values())
+        row["n"] = max(len({seed for seed, _ in v}) for v in per_task.values())
         base = rr.baseline_of(key, keys)
         row["baseline"] = keys.index(base) + 1 if base is not None else None
         row["delta"] = paired_delta(per_task, groups[base]) if base is not None and base != key else None
@@ -152,6 +162,15 @@ def _parse_tags(items: list[str]) -> dict[str, str]:
     return dict(i.split("=", 1) for i in items)
 
 
+def _parse_tasks(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in names if t not in TASKS]
+    if bad or not names:
+        raise UserError(f"--tasks {text!r}: {bad[0] if bad else 'no task'} is not a GLUE task; choose from "
+                        f"{', '.join(TASKS)}")
+    return names
+
+
 def _description() -> str:
     import textwrap
 
@@ -163,6 +182,7 @@ EXAMPLES = """Examples:
   deepen-report                                   every finished run of experiment deepen-run
   deepen-report --sweep-id <id> --out outputs/report   one sweep (its id is printed at the sweep's end)
   deepen-report --tag method=hire --tag task=rte  only runs with these tags
+  deepen-report --sweep-id <a> --sweep-id <b> --tasks sst2,stsb   two grids, compared on the tasks both ran
 """
 
 
@@ -178,6 +198,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--sweep-id", action="append", default=[],
                    help="only the children of this sweep (tag sweep_id); repeat for several sweeps (a study's grids)")
     p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag (repeatable)")
+    p.add_argument("--tasks", help="only these tasks' columns, comma-separated (e.g. sst2,stsb): rows that ran "
+                   "different task sets then average and pair over the same tasks")
     p.add_argument("--out", type=Path, help="write results.md, results.csv and results.png here")
     p.add_argument("--log-to-parent", action="store_true", help="log them under report/ of each sweep's parent run")
     a = p.parse_args(argv)
@@ -185,9 +207,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         if a.log_to_parent and not a.sweep_id:
             raise UserError("--log-to-parent needs --sweep-id (the parent is the sweep's)")
         tags = _parse_tags(a.tag)
+        only = _parse_tasks(a.tasks) if a.tasks else None
         runs = [r for sid in a.sweep_id for r in load_runs(a.uri, a.experiment, tags | {"sweep_id": sid})] \
             if a.sweep_id else load_runs(a.uri, a.experiment, tags)
-        table = build(runs)
+        table = build(runs, only)
         if not table["rows"]:
             raise UserError(f"no FINISHED runs with evaluated GLUE tasks in experiment {a.experiment!r} "
                             f"matching {tags or 'any tags'}{' in sweeps ' + ', '.join(a.sweep_id) if a.sweep_id else ''}"

@@ -111,3 +111,31 @@ def test_options_varying_within_a_method_label_the_rows(mlflow_uri):
     assert set(rows) == {("baseline", "-"), ("hire", "gru_layers=1"), ("hire", "gru_layers=3")}
     assert rows["hire", "gru_layers=3"]["rte"]["mean"] == pytest.approx(63.0)
     assert rows["hire", "gru_layers=3"]["delta"]["mean"] == pytest.approx(8.0)
+
+
+def test_a_seed_run_twice_counts_once_and_tasks_restricts_every_column(mlflow_uri, tmp_path, capsys):
+    # The baseline ran RTE and MRPC with seeds 1-2; an ablation grid ran RTE seed 1 again (same
+    # result, a deterministic rerun) and HIRE on RTE only.
+    base = ["method=baseline", "backbone=minilm"]
+    for seed, acc in ((1, 60.0), (2, 64.0)):
+        log_run(mlflow_uri, base + ["task=rte", f"seed={seed}"], rte(acc))
+        log_run(mlflow_uri, base + ["task=mrpc", f"seed={seed}"], {"eval/mrpc/accuracy": 0.9, "eval/mrpc/f1": 0.9})
+        log_run(mlflow_uri, ["method=hire", "backbone=minilm", "task=rte", f"seed={seed}"], rte(acc + 3))
+    log_run(mlflow_uri, base + ["task=rte", "seed=1"], rte(60.0))
+    rows = {r["method"]: r for r in report.build(report.load_runs(mlflow_uri, EXP, {}))["rows"]}
+    b = rows["baseline"]
+    # Seeds, not runs: n = 2 and the std of (60, 64), not of (60, 60, 64).
+    assert b["n"] == 2 and b["rte"]["n"] == 2
+    assert b["rte"]["mean"] == pytest.approx(62.0) and b["rte"]["std"] == pytest.approx(math.sqrt(8))
+    assert b["avg"]["mean"] == pytest.approx((62.0 + 90.0) / 2)  # its own tasks: not comparable to HIRE's
+    # --tasks rte: one column, and every row's average is over RTE alone.
+    report.main(["--uri", mlflow_uri, "--experiment", EXP, "--tasks", "rte", "--out", str(tmp_path / "rep")])
+    out = {r["method"]: r for r in csv.DictReader(open(tmp_path / "rep" / "results.csv"))}
+    assert "mrpc" not in out["baseline"] and float(out["baseline"]["avg"]) == pytest.approx(62.0)
+    assert float(out["hire"]["avg"]) == pytest.approx(65.0) and float(out["hire"]["delta"]) == pytest.approx(3.0)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        report.main(["--uri", mlflow_uri, "--experiment", EXP, "--tasks", "rte,sst-2"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip() == ("deepen-report: error: --tasks 'rte,sst-2': sst-2 is not a GLUE task; "
+                                               "choose from " + ", ".join(report.TASKS))
