@@ -144,7 +144,7 @@ def write(table: dict, out: Path) -> list[Path]:
     files[0].write_text(to_markdown(table))
     files[1].write_text(to_csv(table))
     fig = methods_plot(table)
-    fig.savefig(files[2], dpi=120)
+    fig.savefig(files[2], dpi=120, bbox_inches="tight")  # the legend stands outside the axes
     return files
 
 
