@@ -40,15 +40,6 @@ def _stats(vals: list[float]) -> dict:
             "n": len(vals)}
 
 
-def _per_seed(pairs: list[tuple[str, float]]) -> list[float]:
-    """One value a seed: two sweeps that both ran a setting with the same seed (an ablation repeating
-    the main grid's default) count once, as their mean, so n and the std are over seeds."""
-    by_seed: dict[str, list[float]] = {}
-    for seed, v in pairs:
-        by_seed.setdefault(seed, []).append(v)
-    return [statistics.fmean(v) for v in by_seed.values()]
-
-
 def _seed_avgs(per_task: dict[str, list[tuple[str, float]]], tasks: list[str]) -> dict[str, float]:
     """The average over `tasks` for every seed that has them all (several runs of a seed: their mean)."""
     by_seed = [{s: statistics.fmean(v for s2, v in per_task[t] if s2 == s) for s, _ in per_task[t]} for t in tasks]
@@ -117,7 +108,8 @@ def build(runs: list[dict], only: Optional[list[str]] = None) -> dict:
         row = {"backbone": d["backbone.name"], "method": d["method.name"], "setup": rr.setup(key),
                "settings": label[key]}
         for t in order:
-            row[t] = _stats(_per_seed(per_task[t])) if t in per_task else None
+            # One value a seed (a seed run by two sweeps counts once), so n and the std are over seeds.
+            row[t] = _stats(list(_seed_avgs(per_task, [t]).values())) if t in per_task else None
         # The average's spread is over the seeds that have every task of the row.
         per_seed = list(_seed_avgs(per_task, list(per_task)).values())
         row["avg"] = {"mean": statistics.fmean(row[t]["mean"] for t in per_task),
