@@ -72,7 +72,7 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--out", default=str(ROOT / "outputs" / "bench"))
     p.add_argument("--quick", action="store_true", help="smoke run: few steps, short table")
-    p.add_argument("--startup-only", action="store_true", help="only the start-up section")
+    p.add_argument("--startup-only", action="store_true", help="only the whole-process section (start-up, whole runs)")
     p.add_argument("--startup-rounds", type=int, default=3, help="interleaved start-up rounds after a warm-up")
     p.add_argument("--whole-rounds", type=int, default=2,
                    help="interleaved rounds of the whole 60-step hire/baseline runs (0: skip them)")
