@@ -27,7 +27,7 @@ from typing import Optional
 
 import numpy as np
 
-from deepen_run.lifecycle import GUARD, Interrupted
+from deepen_run.lifecycle import Interrupted, guard
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"
@@ -228,9 +228,10 @@ class Checkpointer:
         self.step = done
         if self.every and done % self.every == 0 and done < self.total:
             self.save(done)
-        if GUARD.pending is not None:
+        signals = guard()
+        if signals.pending is not None:
             self.save(done)
-            GUARD.raise_pending()
+            signals.raise_pending()
 
     def on_interrupt(self) -> None:
         if self.step > 0:

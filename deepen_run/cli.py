@@ -30,7 +30,6 @@ from deepen_run.errors import NonFiniteLoss, UserError  # noqa: E402
 from deepen_run.util import one_line  # noqa: E402
 
 register()
-_started = False  # the task function was entered: later errors are not composition errors
 
 
 def fail(msg: str, code: int, newline: bool = False) -> None:
@@ -80,10 +79,7 @@ def quiet_other_ranks(argv: list[str]) -> list[str]:
     return argv[:1] + keep + [f"{k}={v}" for k, v in quiet.items()]
 
 
-@hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")
-def _hydra_main(cfg) -> float:
-    global _started
-    _started = True
+def _task(cfg) -> float:
     from deepen_run.lifecycle import Interrupted
     from deepen_run.sweep_jobs import current_job
 
@@ -103,12 +99,26 @@ def _hydra_main(cfg) -> float:
         sys.exit(128 + signum)
 
 
+_hydra_main = hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")(_task)
+
+
+def _from_task(e: BaseException) -> bool:
+    """Was `e` raised inside the task function (a run), not while Hydra composed the config?"""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is _task.__code__:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
     """Resume lookup, pre-flight, signal handling, then the run itself."""
     from deepen_run import resume
     from contextlib import nullcontext
 
-    from deepen_run.lifecycle import GUARD, run_dir_lock
+    from deepen_run.fingerprint import same_data
+    from deepen_run.lifecycle import SignalGuard, run_dir_lock
     from deepen_run.preflight import check
 
     cfg, home = resume.resolve(cfg)
@@ -117,10 +127,15 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
     holding = run_dir_lock(folder) if folder is not None and os.environ.get("RANK", "0") == "0" else nullcontext()
     with holding:
         tasks = check(cfg)
-        GUARD.install()
+        if home is not None:
+            same_data(home, cfg, tasks)  # a resumed run trains on the data it started with
+        signals = SignalGuard().install()  # this run's; given back after it (a sweep worker runs many)
         from deepen_run.runner import run
 
-        return run(cfg, tasks, home, tags=tags)
+        try:
+            return run(cfg, tasks, home, tags=tags)
+        finally:
+            signals.uninstall()
 
 
 def main() -> None:
@@ -135,17 +150,11 @@ def main() -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        try:
-            _hydra_main()
-        except BaseException as e:
-            from deepen_run.sweep import interrupted_sweep
-
-            signum = interrupted_sweep(e)
-            if signum is None:
-                raise
-            sys.exit(128 + signum)  # the sweep's parent and every job are KILLED (sweep._close)
+        _hydra_main()
+    except KeyboardInterrupt as e:  # a sweep's job stopped by a signal (a single run exits in _task)
+        sys.exit(128 + getattr(e, "signum", 2))  # its parent is closed KILLED at exit (sweep_launch)
     except (HydraException, OmegaConfBaseException) as e:
-        if _started:
+        if _from_task(e):
             raise
         cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
         fail(f"{e} {one_line(cause) if cause else ''}", 2)

@@ -41,28 +41,49 @@ class Interrupted(KeyboardInterrupt):
 
 
 class SignalGuard:
+    """The run's signal handlers, installed by the entry point for one run (cli.checked_run) and
+    removed after it. No module-level instance: the process's signal handler table is where the
+    installed guard lives, and `guard()` finds it there."""
+
+    DUPLICATE_S = 0.5  # the same signal twice this close together is one event (group + forwarded)
+
     def __init__(self):
         self.defer = False
         self.pending: int | None = None
+        self.last: tuple[int, float] = (0, -1e9)  # the last signal and when it came
         self.previous: dict[int, object] = {}  # the handlers we replaced (submitit's requeue on SIGUSR2)
 
-    def install(self) -> None:
+    def install(self) -> "SignalGuard":
         if threading.current_thread() is not threading.main_thread():
-            return  # a launcher running jobs in threads: signals stay with the launcher
+            return self  # a launcher running jobs in threads: signals stay with the launcher
         for sig in SIGNALS:
             before = signal.signal(sig, self._handle)
-            if before != self._handle:
-                self.previous[sig] = before
+            owner = getattr(before, "__self__", None)
+            # An earlier run's guard left installed (a crash before uninstall): keep what it replaced.
+            self.previous[sig] = owner.previous.get(sig) if isinstance(owner, SignalGuard) else before
+        return self
+
+    def uninstall(self) -> None:
+        """Give the handlers back (a sweep worker idles between jobs with its own handlers again)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, before in self.previous.items():
+            if getattr(signal.getsignal(sig), "__self__", None) is self:
+                signal.signal(sig, before if before is not None else signal.SIG_DFL)
 
     def chain(self, signum: int) -> None:
         """Once the run is saved and ended KILLED, let the handler we replaced act (submitit's
         SIGUSR2 handler requeues the job, which then continues with resume=auto)."""
         before = self.previous.get(signum)
         if callable(before) and before is not signal.default_int_handler and \
-                getattr(before, "__self__", None) is not self:
+                not isinstance(getattr(before, "__self__", None), SignalGuard):
             before(signum, None)
 
     def _handle(self, signum, frame) -> None:
+        now = time.monotonic()
+        if self.last[0] == signum and now - self.last[1] < self.DUPLICATE_S:
+            return  # the sweep's launcher forwarded the Ctrl-C the process group already got
+        self.last = (signum, now)
         if self.defer and self.pending is None:
             self.pending = signum
             return
@@ -86,7 +107,10 @@ class SignalGuard:
             raise Interrupted(signum)
 
 
-GUARD = SignalGuard()
+def guard() -> SignalGuard:
+    """The guard installed for this process's run, or an inert one (tests, threads, no run)."""
+    owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return owner if isinstance(owner, SignalGuard) else SignalGuard()
 
 
 def provenance() -> dict[str, str]:
@@ -138,10 +162,26 @@ def reap_orphans(tracker, where: str = "", wait_s: float = 0.0) -> list[str]:
         if r.info.run_id in mine and int(pid) != os.getpid() and not _alive(int(pid)) \
                 and tracker.client.get_run(r.info.run_id).info.status == "RUNNING":
             tracker.client.set_tag(r.info.run_id, "error", f"process {pid} exited without ending the run "
-                                   "(SIGKILL, out of memory or power loss); resume=true continues it")
+                                   f"(SIGKILL, out of memory or power loss); {_left(r.info.run_id, r.data.tags)}")
             tracker.client.set_terminated(r.info.run_id, status="KILLED")
             dead.append(r.info.run_id)
     return dead
+
+
+def _left(run_id: str, tags: dict) -> str:
+    """What a dead run left to continue from, said truthfully; its run.json is marked KILLED too."""
+    if tags.get("sweep_role") == "parent":
+        return "rerun the sweep's command with resume=auto to continue it"
+    from deepen_run import checkpoint as ck
+
+    home = Path(tags["run_dir"]) if tags.get("run_dir") else None
+    if home is None or ck.read_run_file(home).get("run_id") != run_id:
+        return "resume=auto in its run dir continues it"
+    ck.finish(home, "KILLED")
+    last = ck.latest(home)
+    if last is None:
+        return f"no checkpoint was saved; resume=auto in {home} runs it again from step 0 as the same run"
+    return f"resume=auto in {home} continues it from its checkpoint {last.name}"
 
 
 LOCK = ".lock"

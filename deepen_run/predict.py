@@ -25,9 +25,12 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
     """
     from tqdm.auto import tqdm
 
+    from deepen_run.progress import interactive
+
     hook = getattr(accelerator.unwrap_model(model), "eval_extras", None) if extras is not None else None
     outs, refs = [], []
-    bar = tqdm(loader, desc=desc, leave=False, dynamic_ncols=True, disable=desc is None or not accelerator.is_main_process)
+    quiet = desc is None or not accelerator.is_main_process or not interactive()  # no \r bars in a log file
+    bar = tqdm(loader, desc=desc, leave=False, dynamic_ncols=True, disable=quiet)
     for batch in bar:
         logits = model(spec.name, **batch_inputs(batch))
         p = logits.squeeze(-1).float() if spec.is_regression else logits.argmax(-1)

@@ -19,13 +19,9 @@ from deepen_run.model import count, param_report
 from deepen_run.preflight import check  # noqa: F401 (the pre-flight, also for callers of runner)
 from deepen_run.redact import public_config
 from deepen_run.resume import current_dir, save_run_config
-from deepen_run.tracking import Tracker, flatten
+from deepen_run.fingerprint import save_fingerprint
+from deepen_run.tracking import Tracker, TrackingLost, flatten
 from deepen_run.util import first_line
-
-
-# Stores whose orphans this process has already looked for: the jobs of a sweep run one after another
-# in one process, and one search for dead runs serves them all.
-_REAPED: set[tuple[str, str]] = set()
 
 
 def run_name(cfg) -> str:
@@ -49,9 +45,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     accelerator = make_accelerator(cfg.train)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
     tracker.check()
-    if (cfg.tracking.uri, cfg.tracking.experiment) not in _REAPED:
+    if "sweep_id" not in (tags or {}):  # a sweep's launcher looks for dead runs once, for all its jobs
         reap_orphans(tracker)
-        _REAPED.add((cfg.tracking.uri, cfg.tracking.experiment))
     run_id = ck.read_run_file(resume_home).get("run_id") if resume_home else None
     set_seed(cfg.seed)
     method = METHODS[cfg.method.name]
@@ -65,10 +60,13 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     sizes["model/num_layers"] = getattr(model.backbone.config, "num_hidden_layers", 0)
 
     before = tracker.status(run_id) if run_id else ""
-    tracker.start(run_name(cfg) + ("-dry" if cfg.dry_run else ""), tags_for(cfg) | provenance() | (tags or {}), run_id=run_id)
+    where = {"run_dir": str(home)} if home is not None else {}  # what the orphan reaper checks for checkpoints
+    tracker.start(run_name(cfg) + ("-dry" if cfg.dry_run else ""), tags_for(cfg) | provenance() | where | (tags or {}),
+                  run_id=run_id)
     ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
     if not run_id:
         save_run_config(home, cfg)
+        save_fingerprint(home, cfg, tasks)
     status = "FAILED"
     restored = not run_id  # a resume that fails before its checkpoint is back keeps its status
     try:
@@ -92,8 +90,11 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         return score
     except KeyboardInterrupt as e:
         status = "KILLED"
+        e.checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
         tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"})
         raise
+    except TrackingLost:
+        raise  # the store is gone: nothing more can be recorded there (the checkpoint is saved)
     except Exception as e:
         line = first_line(e, 5000)
         if not restored:
@@ -101,7 +102,10 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         tracker.set_tags({"error" if restored else "resume_error": line})
         raise
     finally:
-        tracker.end(status)
+        try:
+            tracker.end(status)
+        except TrackingLost:
+            status = "FAILED"  # run.json says how it ended when MLflow cannot
         if accelerator.is_main_process:
             ck.finish(home, status)
             if status == "FINISHED":

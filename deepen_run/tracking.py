@@ -6,6 +6,7 @@ Off the main process every call is a no-op, so only rank 0 writes.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -23,6 +24,26 @@ from deepen_run.errors import UserError
 from deepen_run.util import first_line, sqlite_path
 
 STATUS = ("FINISHED", "FAILED", "KILLED")
+
+
+class TrackingLost(UserError):
+    """The store stopped taking writes mid-run (database deleted or made read-only, server gone)."""
+
+    exit_code = 1
+
+
+def _recorded(method):
+    """A write to the store that fails becomes one TrackingLost line instead of MLflow's tracebacks."""
+    @functools.wraps(method)
+    def write(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except TrackingLost:
+            raise
+        except Exception as e:  # noqa: BLE001 (sqlite, HTTP and artifact errors alike: the record is lost)
+            raise TrackingLost(f"the MLflow store {self.uri} failed mid-run ({first_line(e, 300)}); fix or restore "
+                               "it, then continue the run with resume=auto") from e
+    return write
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -180,6 +201,7 @@ class Tracker:
         self.run_id = run_id
         return self
 
+    @_recorded
     def log_params(self, params: dict[str, Any]) -> None:
         if not self.enabled:
             return
@@ -188,6 +210,7 @@ class Tracker:
         if items:
             self.client.log_batch(self.run_id, params=items)
 
+    @_recorded
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled or not metrics:
             return
@@ -198,23 +221,28 @@ class Tracker:
         if items:
             self.client.log_batch(self.run_id, metrics=items)
 
+    @_recorded
     def set_tags(self, tags: dict[str, str]) -> None:
         if self.enabled:
             for k, v in tags.items():
                 self.client.set_tag(self.run_id, k, str(v)[:5000])
 
+    @_recorded
     def log_text(self, text: str, path: str) -> None:
         if self.enabled:
             self.client.log_text(self.run_id, text, path)
 
+    @_recorded
     def log_dict(self, d: dict, path: str) -> None:
         if self.enabled:
             self.client.log_dict(self.run_id, d, path)
 
+    @_recorded
     def log_figure(self, fig, path: str) -> None:
         if self.enabled:
             self.client.log_figure(self.run_id, fig, path)
 
+    @_recorded
     def log_file(self, local: str, folder: Optional[str] = None) -> None:
         if self.enabled:
             self.client.log_artifact(self.run_id, local, folder)
@@ -230,6 +258,7 @@ class Tracker:
         w.writerows(rows)
         self.log_text(buf.getvalue(), path)
 
+    @_recorded
     def end(self, status: str = "FINISHED") -> None:
         if self.enabled and self.run_id:
             self.client.set_terminated(self.run_id, status=status)

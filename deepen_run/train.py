@@ -18,7 +18,6 @@ from types import ModuleType
 from typing import Any, Iterator
 
 import torch
-from tqdm.auto import tqdm
 from transformers import get_scheduler
 
 from deepen_run import backbone as bb
@@ -27,13 +26,15 @@ from deepen_run import data as gd
 from deepen_run import duplication, submission
 from deepen_run.context import RunContext
 from deepen_run.errors import NonFiniteLoss
+from deepen_run.tracking import TrackingLost
 from deepen_run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
 from deepen_run.fast import fused_adamw_ok
 from deepen_run.figures import sampling_plot
-from deepen_run.lifecycle import GUARD
+from deepen_run.lifecycle import guard
 from deepen_run.methods import hook
 from deepen_run.model import task_loss
 from deepen_run.predict import batch_inputs
+from deepen_run.progress import progress, quiet_libraries
 from deepen_run.sampling import TaskSampler, epoch_length
 
 
@@ -96,6 +97,7 @@ def setup(cfg, tasks, model, method, accelerator, tracker, backbone_config, home
     Accelerate's device placement, then the checkpoint of resume_home (a killed run's dir), if any."""
     tcfg = cfg.train
     tok = bb.load_tokenizer(cfg.backbone)
+    quiet_libraries()
     # Rank 0 tokenizes and fills the cache first; the other ranks then read it instead of racing.
     with accelerator.main_process_first():
         data = {t.name: gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict) for t in tasks}
@@ -142,10 +144,10 @@ def fit(r: Recipe) -> float:
     running = torch.zeros((), device=acc.device)
     # A resumed run logs the sampling probabilities of its epoch only if it starts a new one.
     seen, last, epoch = 0, None, r.sampler.epoch_of(r.start - 1) if r.start else None
-    bar = tqdm(total=r.total, initial=r.start, desc="train", disable=not acc.is_main_process, dynamic_ncols=True)
+    bar = progress(r.total, r.start, disable=not acc.is_main_process)
     step_time = 0.0  # seconds in training steps (forward, backward, update), without logging and evaluation
     try:
-        with GUARD.deferred():  # signals wait for the end of the step, then save and stop
+        with guard().deferred():  # signals wait for the end of the step, then save and stop
             for step in range(r.start, r.total):
                 t_step = time.perf_counter()
                 task = r.sampler.task(step)
@@ -157,6 +159,7 @@ def fit(r: Recipe) -> float:
                 step_time += time.perf_counter() - t_step
                 seen += 1
                 done = step + 1
+                r.saver.step = done  # the state is now step `done`'s, whatever fails before on_step
                 bar.update(1)
                 if done % tcfg.log_every == 0 or done == r.total:
                     # Averaged on the device; read back (a host sync) only at logging cadence. With several
@@ -176,17 +179,18 @@ def fit(r: Recipe) -> float:
             if r.total > r.start:
                 tracker.log_metrics({"train/step_time_s": step_time / (r.total - r.start)}, r.total)
         final, ev = last or evaluate_logged(r, r.total)  # resumed from a checkpoint at the last step
-    except KeyboardInterrupt:
+        tracker.log_metrics({"train/runtime_s": time.time() - t0}, r.total)
+        # The tail (final record, predictions, after_train) may be stopped too: the checkpoint of the
+        # last step saved on the way out lets resume=auto complete this same run.
+        record(tracker, data, ev, final, r.total)
+        if r.cfg.predict:
+            rows = submission.write(r.model, acc, tracker, data, r.ctx.tokenizer, tcfg.eval_batch_size, r.cfg.seed)
+            acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
+        r.ctx.evaluation = ev
+        hook(r.method, "after_train")(acc.unwrap_model(r.model), r.ctx)
+    except (KeyboardInterrupt, TrackingLost):  # a signal, or the store gone: keep what resume=auto needs
         r.saver.on_interrupt()
         raise
-    tracker.log_metrics({"train/runtime_s": time.time() - t0}, r.total)
-
-    record(tracker, data, ev, final, r.total)
-    if r.cfg.predict:
-        rows = submission.write(r.model, acc, tracker, data, r.ctx.tokenizer, tcfg.eval_batch_size, r.cfg.seed)
-        acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
-    r.ctx.evaluation = ev
-    hook(r.method, "after_train")(acc.unwrap_model(r.model), r.ctx)
     return final["eval/score"]
 
 
@@ -214,7 +218,7 @@ def train_step(r: Recipe, task: str, batch: dict, step: int) -> torch.Tensor:
 
 def evaluate_logged(r: Recipe, step: int) -> tuple[dict, Evaluation]:
     """Evaluate on every dev set, keep the best weights, log eval/* at `step`. -> (flat metrics, evaluation)."""
-    with GUARD.deferred(False):  # a signal during evaluation stops it at once
+    with guard().deferred(False):  # a signal during evaluation stops it at once
         ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)
     flat = eval_metrics(ev.results, {name: s.name for name, s in r.eval_specs.items()})
     warn_undefined(ev.results, r.undefined, r.tracker, r.accelerator)

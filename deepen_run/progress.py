@@ -1,0 +1,76 @@
+"""Training progress: a tqdm bar in a terminal, plain lines elsewhere (SLURM, nohup, CI logs).
+
+A bar redraws itself with carriage returns, which a log file keeps as one line per redraw (a
+150-step run wrote ~160). Off a terminal, progress is a plain line about every 5% of the run, and at
+least every PLAIN_EVERY_S seconds on a slow run: step, loss, it/s, ETA, nothing rewritten.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+PLAIN_LINES = 20  # lines per run, off a terminal
+PLAIN_EVERY_S = 300.0
+
+
+def interactive() -> bool:
+    """Is progress shown to a person at a terminal (so a redrawn bar reads well)?"""
+    return sys.stderr.isatty()
+
+
+def quiet_libraries() -> None:
+    """Off a terminal, the datasets library's bars (tokenization) go too: same carriage returns."""
+    if not interactive():
+        from datasets.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
+
+
+def progress(total: int, initial: int = 0, disable: bool = False, desc: str = "train"):
+    if interactive():
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, initial=initial, desc=desc, disable=disable, dynamic_ncols=True)
+    return PlainProgress(total, initial, disable, desc)
+
+
+class PlainProgress:
+    """The part of tqdm's interface the training loop uses, as plain lines on stderr."""
+
+    def __init__(self, total: int, initial: int = 0, disable: bool = False, desc: str = "train"):
+        self.total, self.n, self.disable, self.desc = total, initial, disable, desc
+        self.every = max(1, -(-max(total - initial, 1) // PLAIN_LINES))
+        self.t0 = self.last_t = time.monotonic()
+        self.first = initial
+        self.postfix: dict[str, str] = {}
+        self.printed = initial
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if self.n >= self.total or self.n - self.printed >= self.every or now - self.last_t >= PLAIN_EVERY_S:
+            self._line(now)
+
+    def set_postfix(self, **kw) -> None:
+        self.postfix.update({k: str(v) for k, v in kw.items()})
+
+    def close(self) -> None:
+        if self.n > self.printed:
+            self._line(time.monotonic())
+
+    def _line(self, now: float) -> None:
+        self.printed, self.last_t = self.n, now
+        if self.disable:
+            return
+        rate = (self.n - self.first) / max(now - self.t0, 1e-9)
+        eta = (self.total - self.n) / rate if rate > 0 else float("nan")
+        extra = "".join(f"  {k} {v}" for k, v in self.postfix.items())
+        print(f"{self.desc} step {self.n}/{self.total}{extra}  {rate:.2f} it/s  ETA {_clock(eta)}",
+              file=sys.stderr, flush=True)
+
+
+def _clock(s: float) -> str:
+    if s != s:
+        return "?"
+    s = int(round(s))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
