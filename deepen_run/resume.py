@@ -81,11 +81,14 @@ def _continuable(home: Path, mine: dict) -> bool:
             and _plain(OmegaConf.load(saved_config(home))) == mine and not in_use(home))
 
 
-def find_latest(cfg, here: Optional[Path], own_first: bool = False) -> Optional[Path]:
-    """The unfinished checkpointed run of this exact config (a live one is skipped), or None."""
+def find_latest(cfg, here: Optional[Path], own_first: bool = False, own_only: bool = False) -> Optional[Path]:
+    """The unfinished checkpointed run of this exact config (a live one is skipped), or None.
+    own_only: a sweep's job continues its own dir's run or none (never another sweep's job)."""
     mine = _plain(cfg)
     if own_first and here is not None and saved_config(here) is not None and _continuable(here, mine):
         return here.resolve()
+    if own_only:
+        return None
     best = None
     for home in _candidates(here):
         if _continuable(home, mine):
@@ -111,6 +114,45 @@ def check_free(here: Optional[Path]) -> None:
                         "continue it with resume=auto (same config), or pass another hydra.run.dir")
 
 
+def _in_sweep() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def config_diff(then, now, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two plain config dicts."""
+    out = []
+    for k in dict.fromkeys([*then, *now]):
+        a, b = then.get(k), now.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_diff(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def _at(d: dict, key: str):
+    for part in key.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def _same_config(cfg, here: Path) -> None:
+    """resume=auto in a dir that holds a run: that run's config, or one line naming what differs."""
+    f = saved_config(here)
+    if f is None:
+        return
+    then, now = _plain(OmegaConf.load(f)), _plain(cfg)
+    keys = config_diff(then, now)
+    if keys:
+        show = "; ".join(f"{k} was {_at(then, k)!r}, now {_at(now, k)!r}" for k in keys[:3])
+        more = f" (and {len(keys) - 3} more)" if len(keys) > 3 else ""
+        raise UserError(f"resume=auto: hydra.run.dir={here} holds run {read_run_file(here).get('run_id')} of another "
+                        f"config: {show}{more}; drop the change to continue it, or pass another hydra.run.dir")
+
+
 def _check_overrides(cfg, saved, home: Path) -> None:
     from hydra.core.hydra_config import HydraConfig
 
@@ -134,8 +176,13 @@ def resolve(cfg) -> tuple:
     if want is None:
         check_free(here)
         return cfg, None
+    if want == "auto" and here is not None and read_run_file(here).get("status") not in (None, "FINISHED") \
+            and not in_use(here):
+        _same_config(cfg, here)  # this dir's own run: a changed override is named, not silently skipped
+        if latest(here) is None:
+            return cfg, here  # killed before its first checkpoint: the same run again, from step 0
     if want in ("latest", "auto"):
-        home = find_latest(cfg, here, own_first=want == "auto")
+        home = find_latest(cfg, here, own_first=want == "auto", own_only=want == "auto" and _in_sweep())
         if home is None and want == "auto":
             check_free(here)
             return cfg, None  # nothing to continue: a fresh run

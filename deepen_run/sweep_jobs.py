@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -27,6 +28,7 @@ from deepen_run.util import first_line as _one_line
 
 SWEEP_FILE = "deepen_sweep.json"
 JOBS_DIR = "deepen_jobs"
+STOP_FILE = "STOP"  # written by a launcher stopped by a signal: jobs not started yet do not start
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -36,20 +38,32 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def read_outcomes(sweep_dir: Path) -> dict[int, dict]:
+    """How each ended job ended: job number -> its outcome file."""
+    return _read(sweep_dir, ".json")
+
+
+def read_starts(sweep_dir: Path) -> dict[int, dict]:
+    """The jobs that started (in this attempt): job number -> overrides and pid."""
+    return _read(sweep_dir, ".start.json")
+
+
+def _read(sweep_dir: Path, suffix: str) -> dict[int, dict]:
     out = {}
-    for f in (sweep_dir / JOBS_DIR).glob("*.json"):
-        stem = f.name[:-len(".json")]
+    for f in (sweep_dir / JOBS_DIR).glob(f"*{suffix}"):
+        stem = f.name[:-len(suffix)]
         if stem.isdigit():
             out[int(stem)] = json.loads(f.read_text())
     return out
 
 
-def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event) -> None:
-    """Print '[job k/N] ...' when a job starts and when it ends, whichever process ran it."""
+def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts=None) -> None:
+    """Print '[job k/N] ...' when a job starts and when it ends, whichever process ran it; the parent's
+    counts (counts.log) follow each end."""
     seen: set[str] = set()
     total = n if n is not None else "?"
     while True:
         done = stop.is_set()
+        ended = False
         for f in sorted((sweep_dir / JOBS_DIR).glob("*.json"), key=lambda p: p.stat().st_mtime):
             if f.name in seen:
                 continue
@@ -57,12 +71,20 @@ def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event) -> None:
             num, _, kind = f.name.partition(".")
             d = json.loads(f.read_text())
             k = f"[job {int(num) + 1}/{total}]"
+            ended = ended or kind == "json"
             if kind == "start.json":
                 print(f"{k} started: {' '.join(d['overrides'])}", flush=True)
+            elif d.get("kept"):
+                print(f"{k} kept: {d['name']} FINISHED before  eval/score={d['score']:.4f}", flush=True)
             elif d["status"] == "FINISHED":
                 print(f"{k} FINISHED {d['name']}  eval/score={d['score']:.4f}  ({d['seconds']:.0f} s)", flush=True)
             else:
                 print(f"{k} {d['status']} {d['name']}  {d['error']}  ({d['seconds']:.0f} s)", flush=True)
+        if ended and counts is not None and not done:
+            try:
+                counts.update(read_outcomes(sweep_dir)).log()
+            except Exception as e:  # noqa: BLE001 (the store may be what failed; the sweep goes on)
+                print(f"deepen-run: warning: could not update the sweep's counts: {_one_line(e)}", file=sys.stderr)
         if done:
             return
         stop.wait(0.5)
@@ -106,21 +128,32 @@ class SweepJob:
         return out
 
     def run(self, cfg, run_fn: Callable[..., float]) -> float:
+        from deepen_run.resume import current_dir
         from deepen_run.runner import run_name
 
         t0 = time.time()
-        write_json(self.jobs / f"{self.num}.start.json", {"overrides": self.overrides})
+        if (self.jobs / STOP_FILE).exists():
+            return float("nan")  # the sweep was stopped by a signal before this job began: it stays pending
         if not cfg.tracking.run_name:
             cfg.tracking.run_name = " ".join([run_name(cfg), *self.swept()])
         name = run_name(cfg)
+        kept = self._kept(cfg, current_dir())
+        if kept is not None:  # FINISHED by an earlier attempt of this sweep: counted, not trained again
+            write_json(self.jobs / f"{self.num}.json", kept | {"name": name})
+            return kept["score"]
+        write_json(self.jobs / f"{self.num}.start.json", {"overrides": self.overrides, "pid": os.getpid(),
+                                                           "home": str(current_dir())})
+        watchdog = OrphanWatch.of_this_process(self.info.get("launcher_pid"))
+        if watchdog is not None:
+            watchdog.busy.set()
         try:
             score = float(run_fn(cfg, tags=self.tags()))
-        except KeyboardInterrupt as e:  # the run ended KILLED with a checkpoint
-            write_json(self.jobs / f"{self.num}.json", {"status": "KILLED", "name": name, "error": str(e),
+        except KeyboardInterrupt as e:  # the run ended KILLED (with a checkpoint if one was saved)
+            ckpt = getattr(e, "checkpoint", None)
+            saved = f"checkpoint {ckpt.name} kept" if ckpt is not None else "no checkpoint saved"
+            write_json(self.jobs / f"{self.num}.json", {"status": "KILLED", "name": name, "error": f"{e}; {saved}",
                                                          "seconds": time.time() - t0})
-            from deepen_run.lifecycle import GUARD
-
-            GUARD.chain(getattr(e, "signum", 2))  # submitit: requeue the job (it resumes with resume=auto)
+            pass_on(getattr(e, "signum", 2))  # submitit: requeue; basic launcher: stop the sweep
             raise
         except Exception as e:  # noqa: BLE001 (any failure: record it, let the other jobs go on)
             line = _one_line(e)
@@ -131,9 +164,29 @@ class SweepJob:
             write_json(self.jobs / f"{self.num}.json", {"status": "FAILED", "name": name, "error": line,
                                                          "seconds": time.time() - t0})
             return float("nan")
+        finally:
+            if watchdog is not None:
+                watchdog.busy.clear()
         write_json(self.jobs / f"{self.num}.json", {"status": "FINISHED", "name": name, "score": score,
                                                      "seconds": time.time() - t0})
         return score
+
+    def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:
+        """resume=auto: this job's run dir holds its FINISHED child of this sweep -> its outcome."""
+        from deepen_run.checkpoint import read_run_file
+        from deepen_run.resume import wanted
+        from deepen_run.tracking import find_runs
+
+        info = read_run_file(home) if home is not None and wanted(cfg.resume) else {}
+        if info.get("status") != "FINISHED":
+            return None
+        runs = find_runs(cfg.tracking.uri, cfg.tracking.experiment,
+                         {"sweep_id": self.info["sweep_id"], "sweep_job": str(self.num)}, status="FINISHED")
+        run = next((r for r in runs if r["run_id"] == info["run_id"]), None)
+        if run is None:
+            return None
+        return {"status": "FINISHED", "kept": True, "score": run["metrics"].get("eval/score", float("nan")),
+                "seconds": 0.0, "run_id": run["run_id"]}
 
     def _failed_child(self, cfg, name: str, error: str) -> None:
         """A job that failed before its run existed (bad input) still gets a FAILED child, so the
@@ -152,6 +205,49 @@ class SweepJob:
         except Exception as e:  # noqa: BLE001 (the store may be what failed; the outcome file still counts it)
             print(f"deepen-run: warning: could not record job {self.num + 1} in MLflow: {_one_line(e)}",
                   file=sys.stderr)
+
+
+def pass_on(signum: int) -> None:
+    """After a job's run ended KILLED (its own guard is gone), let the process's handler act: the
+    launcher's (basic launcher: stop the sweep) or submitit's (SIGUSR2: requeue the job)."""
+    handler = signal.getsignal(signum)
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signum, None)
+
+
+class OrphanWatch(threading.Thread):
+    """In a worker process (loky, submitit_local) whose launcher dies (SIGKILL of it alone): the
+    worker's running job stops as on SIGTERM (checkpoint, KILLED), then the worker exits instead of
+    idling forever. One per process, found among its threads (no module state)."""
+
+    GRACE_S = 300
+
+    def __init__(self, launcher_pid: int):
+        super().__init__(name="deepen-sweep-orphan-watch", daemon=True)
+        self.launcher, self.busy = launcher_pid, threading.Event()
+
+    @classmethod
+    def of_this_process(cls, launcher_pid: Optional[int]) -> Optional["OrphanWatch"]:
+        if not launcher_pid or os.getppid() != launcher_pid:
+            return None  # the launcher's own process (basic launcher), or not its child (SLURM)
+        for t in threading.enumerate():
+            if isinstance(t, cls):
+                return t
+        watch_it = cls(launcher_pid)
+        watch_it.start()
+        return watch_it
+
+    def run(self) -> None:
+        while os.getppid() == self.launcher:
+            time.sleep(1.0)
+        if self.busy.is_set():
+            print(f"deepen-run: the sweep's launcher (pid {self.launcher}) is gone; stopping this job",
+                  file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            deadline = time.time() + self.GRACE_S
+            while self.busy.is_set() and time.time() < deadline:
+                time.sleep(0.2)
+        os._exit(1)
 
 
 def current_job() -> Optional[SweepJob]:

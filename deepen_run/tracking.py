@@ -189,7 +189,7 @@ class Tracker:
         run = self.client.get_run(self.run_id)
         self.logged = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in run.data.metrics}
         self.params_logged = set(run.data.params)
-        for tag in ("error", "interrupted", "resume_error"):
+        for tag in ("error", "interrupted", "resume_error", "sweep_failed"):
             if tag in run.data.tags:
                 self.client.delete_tag(self.run_id, tag)
 
