@@ -1,0 +1,128 @@
+"""An interrupted sweep continues under its original parent with resume=auto (issue: sweeps that
+survive). A real 6-job joblib sweep (3 workers, 2 jobs each, 30 steps) is stopped once 2 children
+FINISHED and others are mid-training, by SIGKILL of its process group or by Ctrl-C (SIGINT to the
+group), then rerun with the same command plus resume=auto. Tiny random BERT: the mechanics only."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import HANG, cli, runs_of
+
+SWEEP = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "seed=1,2,3,4,5,6", "task=rte", "backbone=tiny",
+         "train.max_steps=30", "train.save_every=5", "train.log_every=5", "train.batch_size=32",
+         "train.learning_rate=1e-3", "data.max_train_samples=256", "data.max_eval_samples=32",
+         "data.max_seq_length=128"]
+
+
+def split(runs):
+    parents = [r for r in runs if r.data.tags.get("sweep_role") == "parent"]
+    children = sorted((r for r in runs if r.data.tags.get("sweep_role") == "child"),
+                      key=lambda r: int(r.data.tags["sweep_job"]))
+    return parents, children
+
+
+def outcomes(sweep: Path) -> dict[int, str]:
+    out = {}
+    for f in (sweep / "deepen_jobs").glob("*.json"):
+        if f.name[:-5].isdigit():
+            out[int(f.name[:-5])] = json.loads(f.read_text())["status"]
+    return out
+
+
+def history(client, run, key="train/loss"):
+    return [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+
+
+def interrupt(tmp_path, glue_dir, sig):
+    """Start the sweep, stop it with `sig` to its process group once 2 jobs FINISHED and another has a
+    checkpoint; returns (args, the stopped process's stderr, job numbers FINISHED before the stop)."""
+    sweep = tmp_path / "sweep"
+    args = [*SWEEP, f"data.glue_dir={glue_dir}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+            f"hydra.sweep.dir={sweep}", f"data.cache_dir={tmp_path}/cache"]
+    exe = Path(sys.executable).with_name("deepen-run")
+    proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    t0 = time.time()
+    while True:
+        assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
+        done = outcomes(sweep)
+        finished = {k for k, s in done.items() if s == "FINISHED"}
+        mid = [d for d in sweep.glob("[0-9]*") if int(d.name) not in done and list(d.glob("checkpoints/step-*"))]
+        if len(finished) >= 2 and mid:
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, sig)
+    _, err = proc.communicate(timeout=HANG)
+    assert len(finished) < 6
+    return args, proc.returncode, err, finished
+
+
+def resume_and_check(tmp_path, args, finished_before):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client, runs = runs_of(uri)
+    (parent_before,), children_before = split(runs)
+    kept = {int(c.data.tags["sweep_job"]): (c.info.run_id, history(client, c)) for c in children_before
+            if int(c.data.tags["sweep_job"]) in finished_before}
+    others = {int(c.data.tags["sweep_job"]): c.info.run_id for c in children_before
+              if int(c.data.tags["sweep_job"]) not in finished_before}
+
+    r = cli(*args, "resume=auto")
+    assert r.returncode == 0, r.stderr[-3000:]
+    client, runs = runs_of(uri)
+    (parent,), children = split(runs)
+    assert parent.info.run_id == parent_before.info.run_id and parent.info.status == "FINISHED"
+    assert [int(c.data.tags["sweep_job"]) for c in children] == list(range(6))
+    assert all(c.info.status == "FINISHED" for c in children), [(c.info.run_name, c.info.status) for c in children]
+    for c in children:
+        job = int(c.data.tags["sweep_job"])
+        if job in kept:  # trained once: same run, same history
+            assert (c.info.run_id, history(client, c)) == kept[job]
+        elif job in others:  # the killed one continued as the same run, no step logged twice
+            assert c.info.run_id == others[job]
+        steps = [s for s, _ in history(client, c)]
+        assert steps == sorted(set(steps)) == [5, 10, 15, 20, 25, 30], (job, steps)
+    m = parent.data.metrics
+    assert (m["sweep/finished"], m["sweep/kept"], m["sweep/failed"], m["sweep/killed"], m["sweep/pending"]) == \
+        (6, len(kept), 0, 0, 0)
+    assert f"6/6 jobs FINISHED ({len(kept)} kept from before)" in r.stdout
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("| 1 | tiny | baseline |"))
+    head = next(ln for ln in r.stdout.splitlines() if ln.startswith("| # |"))
+    cells = dict(zip([c.strip() for c in head.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
+    assert cells["n"] == "6"  # the table covers every child, kept ones included
+    return r
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_sigkilled_joblib_sweep_resumes_under_its_parent(tmp_path, glue_dir):
+    args, rc, _, finished = interrupt(tmp_path, glue_dir, signal.SIGKILL)
+    assert rc == -signal.SIGKILL
+    r = resume_and_check(tmp_path, args, finished)
+    assert "continuing attempt 1" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir):
+    args, rc, err, finished = interrupt(tmp_path, glue_dir, signal.SIGINT)
+    assert rc == 130, err[-3000:]
+    client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    (parent,), children = split(runs)
+    assert parent.info.status == "KILLED" and not [c for c in children if c.info.status == "RUNNING"]
+    for c in children:
+        home = Path(c.data.tags["run_dir"])
+        status = json.loads((home / "run.json").read_text())["status"]
+        assert status == c.info.status, (c.info.run_name, status, c.info.status)  # run.json tells the truth
+        if c.info.status == "KILLED":  # the workers got the signal and saved their step
+            assert list(home.glob("checkpoints/step-*")), c.info.run_name
+            assert "exited without ending" not in c.data.tags.get("error", "")
+    line = next(ln for ln in err.splitlines() if ln.startswith("deepen-run: sweep stopped by SIGINT"))
+    killed = sum(c.info.status == "KILLED" for c in children)
+    assert f"{killed} unfinished job(s) are KILLED ({killed} with a checkpoint)" in line, line
+    resume_and_check(tmp_path, args, finished)
