@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import io
+import logging
 import json
 import os
 import subprocess
@@ -41,7 +42,10 @@ def _recorded(method):
         except TrackingLost:
             raise
         except Exception as e:  # noqa: BLE001 (sqlite, HTTP and artifact errors alike: the record is lost)
-            raise TrackingLost(f"the MLflow store {self.uri} failed mid-run ({first_line(e, 300)}); fix or restore "
+            root = e
+            while root.__cause__ is not None:  # sqlite3's "attempt to write a readonly database", not the wrappers
+                root = root.__cause__
+            raise TrackingLost(f"the MLflow store {self.uri} failed mid-run ({first_line(root, 300)}); fix or restore "
                                "it, then continue the run with resume=auto") from e
     return write
 
@@ -140,6 +144,8 @@ class Tracker:
         self.logged: dict[str, set[int]] = {}  # (metric, step) pairs a resumed run already has
         self.params_logged: set[str] = set()  # params are write-once: a resume logs only new keys
         if enabled:
+            # Its ERROR logs print whole tracebacks for what _recorded reports as one line.
+            logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
             prepare_store(uri)
             create_schema_once(uri)  # before MlflowClient(), which opens (and migrates) the store
             self.client = MlflowClient(tracking_uri=uri)

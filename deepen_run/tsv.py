@@ -47,13 +47,18 @@ def check_glue_dir(glue_dir: Optional[str], specs: list[TaskSpec], need_train: b
         stems += [(s, "predict=true: ") for s, _ in spec.test_splits] if need_test else []
         for stem, why in stems:
             f = root / spec.folder / f"{stem}.tsv"
-            if not f.is_file():
-                raise UserError(f"{why}task {spec.name}: {f} is missing; put GLUE's {spec.folder}/{stem}.tsv "
-                                f"there or drop {spec.name} from task.names")
+            # The folders first: in a folder without search (x) permission, is_file() raises EACCES.
             # Root reads anything, so for root os.access is true and the read itself is the test.
             for d in (root, root / spec.folder):
-                if not os.access(d, os.R_OK | os.X_OK):
+                if d.is_dir() and not os.access(d, os.R_OK | os.X_OK):
                     raise UserError(f"task {spec.name}: folder {d} is not readable (permissions); chmod it")
+            try:
+                present = f.is_file()
+            except OSError as e:  # any other reason the file cannot even be looked at
+                raise UserError(f"task {spec.name}: cannot look at {f} ({e.strerror}); check the folder") from None
+            if not present:
+                raise UserError(f"{why}task {spec.name}: {f} is missing; put GLUE's {spec.folder}/{stem}.tsv "
+                                f"there or drop {spec.name} from task.names")
             if not os.access(f, os.R_OK):
                 raise UserError(f"task {spec.name}: {f} is not readable (permissions); chmod it")
 
