@@ -1,0 +1,190 @@
+"""Fault cases a new user meets (issue: sweeps that survive, part 4) and logs off a terminal: each
+ends with one clear line, a non-zero exit and truthful statuses, and loses nothing recorded.
+Real CLI processes on the tiny random BERT and real RTE rows."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import HANG, cli, isolated, runs_of
+
+TINY = ["task=rte", "backbone=tiny", "train.batch_size=8", "data.max_train_samples=32", "data.max_eval_samples=32",
+        "data.max_seq_length=32"]
+LONG = [*TINY, "train.max_steps=100000", "train.save_every=5"]
+
+
+def start(*a, stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    exe = Path(sys.executable).with_name("deepen-run")
+    return subprocess.Popen([str(exe), *isolated(a)], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def wait_for(proc, what, timeout=HANG):
+    t0 = time.time()
+    while not what():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.time() - t0 < timeout
+        time.sleep(0.1)
+
+
+def lines(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_log_off_a_terminal_is_plain_lines(tmp_path, glue_dir):
+    """stdout and stderr to a file (SLURM, nohup, CI): no carriage-return bars; 150 steps, a short log."""
+    log = tmp_path / "run.log"
+    exe = Path(sys.executable).with_name("deepen-run")
+    with open(log, "w") as f:
+        rc = subprocess.run([str(exe), *isolated([*TINY, "train.max_steps=150", f"data.glue_dir={glue_dir}"])],
+                            stdout=f, stderr=subprocess.STDOUT, timeout=HANG).returncode
+    text = log.read_text()
+    assert rc == 0, text[-3000:]
+    assert "\r" not in text
+    assert len(text.splitlines()) < 60, text
+    progress = [ln for ln in text.splitlines() if ln.startswith("train step")]
+    assert 5 <= len(progress) <= 25 and progress[-1].startswith("train step 150/150")
+    assert "it/s" in progress[-1] and "ETA" in progress[-1] and "loss" in progress[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_stop_after_the_last_step_leaves_what_resume_needs(tmp_path, glue_dir):
+    """SIGTERM once training is over (final evaluation, record, predictions): KILLED with the last
+    step's checkpoint, and resume=auto completes the same run (predictions included)."""
+    run = tmp_path / "run"
+    # predict=true: the tail predicts the SST-2 test set (1821 rows), seconds of work to stop.
+    a = ["task=sst2", "backbone=tiny", "train.batch_size=8", "data.max_train_samples=32", "data.max_eval_samples=512",
+         "data.max_seq_length=128", "train.max_steps=10", "predict=true", f"data.glue_dir={glue_dir}",
+         f"hydra.run.dir={run}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"]
+    proc = start(*a)
+    seen = []
+
+    def trained():
+        seen.append(proc.stderr.readline())
+        return seen[-1].startswith("train step 10/10")
+    wait_for(proc, trained)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    client, (r,) = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    assert r.info.status == "KILLED" and json.loads((run / "run.json").read_text())["status"] == "KILLED"
+    assert (run / "checkpoints" / "step-10").is_dir()
+    assert "checkpoint step-10 kept" in err and "continue with resume=auto" in err
+
+    done = cli(*a, "resume=auto")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
+    assert [x.info.run_id for x in runs] == [r.info.run_id] and runs[0].info.status == "FINISHED"
+    assert {"predictions", "submission", "metrics.json"} <= {x.path for x in client.list_artifacts(r.info.run_id)}
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory, glue_dir):
+    """A run stopped by SIGTERM after its first checkpoint, on a private copy of the RTE files."""
+    tmp = tmp_path_factory.mktemp("killed")
+    glue = tmp / "glue"
+    shutil.copytree(Path(glue_dir) / "RTE", glue / "RTE")
+    a = [*LONG, f"data.glue_dir={glue}", f"hydra.run.dir={tmp / 'run'}", f"tracking.uri=sqlite:///{tmp}/mlflow.db"]
+    proc = start(*a)
+    wait_for(proc, lambda: list((tmp / "run" / "checkpoints").glob("step-*/trainer_state.json")))
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=HANG)
+    assert proc.returncode == 128 + signal.SIGTERM
+    return tmp, a
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_resume_auto_with_a_changed_override_names_the_key(killed_run):
+    tmp, a = killed_run
+    r = cli(*[x for x in a if not x.startswith("train.batch_size")], "train.batch_size=16", "resume=auto")
+    assert r.returncode == 2 and len(lines(r.stderr)) == 1, r.stderr[-3000:]
+    assert "train.batch_size was 8, now 16" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_resume_on_changed_training_data_is_refused_naming_the_file(killed_run):
+    tmp, a = killed_run
+    train = tmp / "glue" / "RTE" / "train.tsv"
+    before = train.read_bytes()
+    train.write_bytes(before[:len(before) // 2].rsplit(b"\n", 1)[0] + b"\n")  # fewer rows
+    try:
+        r = cli(*a, "resume=auto")
+    finally:
+        train.write_bytes(before)
+    assert r.returncode == 2 and len(lines(r.stderr)) == 1, r.stderr[-3000:]
+    assert f"data file {train.resolve()} changed since the run started" in r.stderr
+    client, (run,) = runs_of(f"sqlite:///{tmp}/mlflow.db")
+    assert run.info.status == "KILLED"  # nothing was continued
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_store_deleted_mid_run_is_one_line_and_a_checkpoint(tmp_path, glue_dir):
+    db = tmp_path / "db" / "mlflow.db"
+    run = tmp_path / "run"
+    proc = start(*LONG, "train.log_every=5", f"data.glue_dir={glue_dir}", f"hydra.run.dir={run}",
+                 f"tracking.uri=sqlite:///{db}")
+    wait_for(proc, lambda: list((run / "checkpoints").glob("step-*/trainer_state.json")))
+    shutil.rmtree(db.parent)
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 1, err[-3000:]
+    errors = [ln for ln in lines(err) if not ln.startswith("train step")]
+    assert len(errors) == 1 and errors[0].startswith(f"deepen-run: error: the MLflow store sqlite:///{db} failed "
+                                                     "mid-run"), err[-3000:]
+    assert "Traceback" not in err
+    assert json.loads((run / "run.json").read_text())["status"] == "FAILED"
+    saved = json.loads(max((run / "checkpoints").glob("step-*/trainer_state.json"),
+                           key=lambda p: int(p.parent.name[5:])).read_text())["step"]
+    assert saved > 5  # the failure saved the step it reached, not only the periodic checkpoint before it
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_sigkilled_launcher_alone_stops_its_workers(tmp_path, glue_dir):
+    """SIGKILL of the joblib launcher only: its loky workers stop their jobs (checkpoint, KILLED) and
+    exit, and the resource trackers with them; nothing idles on."""
+    sweep = tmp_path / "sweep"
+    proc = start("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3", *LONG,
+                 f"data.glue_dir={glue_dir}", f"hydra.sweep.dir={sweep}", f"tracking.uri=sqlite:///{tmp_path}/m.db")
+    wait_for(proc, lambda: list(sweep.glob("*/checkpoints/step-*/trainer_state.json")))
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=HANG)
+    group = proc.pid  # start_new_session: the launcher's pid is its process group
+    t0 = time.time()
+    while subprocess.run(["pgrep", "-g", str(group)], capture_output=True).returncode == 0:
+        assert time.time() - t0 < 300, subprocess.run(["ps", "-o", "pid,cmd", "-g", str(group)],
+                                                      capture_output=True, text=True).stdout
+        time.sleep(0.5)
+    started = [d for d in sweep.glob("[0-9]*") if (d / "run.json").is_file()]
+    assert started
+    for d in started:
+        assert json.loads((d / "run.json").read_text())["status"] == "KILLED"
+        assert list(d.glob("checkpoints/step-*"))
+
+
+def test_unreadable_task_folder_is_named_before_looking_inside(tmp_path, monkeypatch):
+    """Root's stand-in (root reads anything): a folder without read/search permission is named in
+    one line; looking for the files inside it would raise EACCES (Path.is_file) as a non-root user."""
+    from deepen_run import tsv
+    from deepen_run.errors import UserError
+    from deepen_run.glue import get_tasks
+
+    folder = tmp_path / "RTE"
+    folder.mkdir()
+    for stem in ("train", "dev"):
+        (folder / f"{stem}.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n")
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != folder and real(p, mode))
+    with pytest.raises(UserError, match=f"folder {folder} is not readable"):
+        tsv.check_glue_dir(str(tmp_path), get_tasks(["rte"]))
