@@ -94,9 +94,17 @@ def _task(cfg) -> float:
         fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss))
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", 2)
-        print(f"\ndeepen-run: stopped by {Interrupted(signum)}; the run is KILLED, its last checkpoint kept "
-              "(continue with resume=auto)", file=sys.stderr)
+        print(f"\ndeepen-run: stopped by {Interrupted(signum)}; {_what_is_left(e)}", file=sys.stderr)
         sys.exit(128 + signum)
+
+
+def _what_is_left(e: KeyboardInterrupt) -> str:
+    """The truth about a stopped run: the runner says which checkpoint it left (if it got that far)."""
+    if not hasattr(e, "checkpoint"):
+        return "no MLflow run had started yet; nothing to continue"
+    if e.checkpoint is None:
+        return "the run is KILLED with no checkpoint (resume=auto runs it again from step 0 as the same run)"
+    return f"the run is KILLED, its checkpoint {e.checkpoint.name} kept (continue with resume=auto)"
 
 
 _hydra_main = hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")(_task)
