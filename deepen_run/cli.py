@@ -126,7 +126,7 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
     from contextlib import nullcontext
 
     from deepen_run.fingerprint import same_data
-    from deepen_run.lifecycle import SignalGuard, run_dir_lock
+    from deepen_run.lifecycle import SignalGuard, guard, run_dir_lock
     from deepen_run.preflight import check
 
     cfg, home = resume.resolve(cfg)
@@ -137,13 +137,16 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
         tasks = check(cfg)
         if home is not None:
             same_data(home, cfg, tasks)  # a resumed run trains on the data it started with
-        signals = SignalGuard().install()  # this run's; given back after it (a sweep worker runs many)
+        # This run's guard, given back after it (a sweep worker runs many); a sweep job installed its own.
+        installed = guard()
+        signals = installed if installed.previous else SignalGuard().install()
         from deepen_run.runner import run
 
         try:
             return run(cfg, tasks, home, tags=tags)
         finally:
-            signals.uninstall()
+            if signals is not installed:
+                signals.uninstall()
 
 
 def main() -> None:

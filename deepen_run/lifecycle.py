@@ -129,7 +129,7 @@ def provenance() -> dict[str, str]:
     return tags
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -154,12 +154,12 @@ def reap_orphans(tracker, where: str = "", wait_s: float = 0.0) -> list[str]:
     mine = {r.info.run_id: int(r.data.tags["pid"]) for r in runs
             if r.data.tags.get("host") == host and r.data.tags.get("pid", "").isdigit()}
     deadline = time.time() + wait_s
-    while time.time() < deadline and any(_alive(p) and p != os.getpid() for p in mine.values()):
+    while time.time() < deadline and any(alive(p) and p != os.getpid() for p in mine.values()):
         time.sleep(0.5)
     dead = []
     for r in runs:
         pid = r.data.tags.get("pid", "")
-        if r.info.run_id in mine and int(pid) != os.getpid() and not _alive(int(pid)) \
+        if r.info.run_id in mine and int(pid) != os.getpid() and not alive(int(pid)) \
                 and tracker.client.get_run(r.info.run_id).info.status == "RUNNING":
             tracker.client.set_tag(r.info.run_id, "error", f"process {pid} exited without ending the run "
                                    f"(SIGKILL, out of memory or power loss); {_left(r.info.run_id, r.data.tags)}")

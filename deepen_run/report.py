@@ -208,6 +208,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                             f"matching {tags or 'any tags'}{' in sweeps ' + ', '.join(a.sweep_id) if a.sweep_id else ''}"
                             f" ({a.uri})")
         print(to_markdown(table), end="")
+        from deepen_run.report_missing import missing_lines
+
+        for line in (ln for sid in a.sweep_id for ln in missing_lines(a.uri, a.experiment, sid)):
+            print(line)
         if a.out:
             print(f"wrote {', '.join(str(f) for f in write(table, a.out))}")
         if a.log_to_parent:

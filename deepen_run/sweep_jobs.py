@@ -24,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from deepen_run.errors import UserError
+from deepen_run.lifecycle import SignalGuard
 from deepen_run.util import first_line as _one_line
 
 SWEEP_FILE = "deepen_sweep.json"
@@ -141,34 +142,39 @@ class SweepJob:
         if kept is not None:  # FINISHED by an earlier attempt of this sweep: counted, not trained again
             write_json(self.jobs / f"{self.num}.json", kept | {"name": name})
             return kept["score"]
+        signals = SignalGuard().install()  # from the job's start: a signal while it loads ends it KILLED too
         write_json(self.jobs / f"{self.num}.start.json", {"overrides": self.overrides, "pid": os.getpid(),
                                                            "home": str(current_dir())})
         watchdog = OrphanWatch.of_this_process(self.info.get("launcher_pid"))
         if watchdog is not None:
             watchdog.busy.set()
+        stopped = None
         try:
             score = float(run_fn(cfg, tags=self.tags()))
+            outcome = {"status": "FINISHED", "name": name, "score": score}
         except KeyboardInterrupt as e:  # the run ended KILLED (with a checkpoint if one was saved)
-            ckpt = getattr(e, "checkpoint", None)
+            signals.defer = True  # from here, another copy of the signal waits (and is dropped)
+            stopped, ckpt = e, getattr(e, "checkpoint", None)
             saved = f"checkpoint {ckpt.name} kept" if ckpt is not None else "no checkpoint saved"
-            write_json(self.jobs / f"{self.num}.json", {"status": "KILLED", "name": name, "error": f"{e}; {saved}",
-                                                         "seconds": time.time() - t0})
-            pass_on(getattr(e, "signum", 2))  # submitit: requeue; basic launcher: stop the sweep
-            raise
+            outcome = {"status": "KILLED", "name": name, "error": f"{e}; {saved}"}
         except Exception as e:  # noqa: BLE001 (any failure: record it, let the other jobs go on)
             line = _one_line(e)
             if not isinstance(e, UserError):
                 traceback.print_exc()
             print(f"deepen-run: error: job {self.num + 1}: {line}", file=sys.stderr)
             self._failed_child(cfg, name, line)
-            write_json(self.jobs / f"{self.num}.json", {"status": "FAILED", "name": name, "error": line,
-                                                         "seconds": time.time() - t0})
-            return float("nan")
+            score, outcome = float("nan"), {"status": "FAILED", "name": name, "error": line}
         finally:
             if watchdog is not None:
                 watchdog.busy.clear()
-        write_json(self.jobs / f"{self.num}.json", {"status": "FINISHED", "name": name, "score": score,
-                                                     "seconds": time.time() - t0})
+        with signals.deferred():  # the copy of a signal the launcher passes on must not lose the outcome
+            write_json(self.jobs / f"{self.num}.json", outcome | {"seconds": time.time() - t0})
+        signals.uninstall()
+        if watchdog is not None:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if stopped is not None:
+            pass_on(getattr(stopped, "signum", 2))  # submitit: requeue; basic launcher: stop the sweep
+            raise stopped
         return score
 
     def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:

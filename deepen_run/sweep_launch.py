@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from deepen_run.lifecycle import SIGNALS, Interrupted, reap_orphans
+from deepen_run.lifecycle import SIGNALS, Interrupted, alive, reap_orphans
 from deepen_run.sweep_counts import Counts
 from deepen_run.sweep_jobs import JOBS_DIR, STOP_FILE, read_outcomes, read_starts, watch
 from deepen_run.util import first_line
@@ -75,7 +75,7 @@ class Launch:
         """Jobs started in another process and not ended yet: job number -> pid."""
         ended = read_outcomes(self.dir)
         return {k: s["pid"] for k, s in read_starts(self.dir).items()
-                if k not in ended and s.get("pid") and s["pid"] != os.getpid()}
+                if k not in ended and s.get("pid") and s["pid"] != os.getpid() and alive(s["pid"])}
 
     def close(self, interrupted: bool) -> int:
         """End the parent run; returns the number of jobs that did not finish."""

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HANG, cli, runs_of
+from deepen_run import report
 
 SWEEP = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "seed=1,2,3,4,5,6", "task=rte", "backbone=tiny",
          "train.max_steps=30", "train.save_every=5", "train.log_every=5", "train.batch_size=32",
@@ -109,7 +110,7 @@ def test_sigkilled_joblib_sweep_resumes_under_its_parent(tmp_path, glue_dir):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir):
+def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir, capsys):
     args, rc, err, finished = interrupt(tmp_path, glue_dir, signal.SIGINT)
     assert rc == 130, err[-3000:]
     client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
@@ -123,6 +124,22 @@ def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir):
             assert list(home.glob("checkpoints/step-*")), c.info.run_name
             assert "exited without ending" not in c.data.tags.get("error", "")
     line = next(ln for ln in err.splitlines() if ln.startswith("deepen-run: sweep stopped by SIGINT"))
-    killed = sum(c.info.status == "KILLED" for c in children)
-    assert f"{killed} unfinished job(s) are KILLED ({killed} with a checkpoint)" in line, line
+    # A job stopped while loading (before its MLflow run began) is killed too, with no checkpoint.
+    killed = [k for k, s in outcomes(tmp_path / "sweep").items() if s == "KILLED"]
+    saved = sum(bool(list((tmp_path / "sweep" / str(k)).glob("checkpoints/step-*"))) for k in killed)
+    assert saved == sum(c.info.status == "KILLED" for c in children)
+    assert f"{len(killed)} unfinished job(s) are KILLED ({saved} with a checkpoint)" in line, line
+
+    # The report says which children its row lacks, and why.
+    sid = parent.data.tags["sweep_id"]
+    report.main(["--uri", f"sqlite:///{tmp_path}/mlflow.db", "--sweep-id", sid])
+    out = capsys.readouterr().out
+    done = sum(c.info.status == "FINISHED" for c in children)
+    assert f"sweep {sid}: {done} of 6 children are in the table; missing from their row:" in out, out
+    for k in range(6):
+        status = next((c.info.status for c in children if c.data.tags["sweep_job"] == str(k)), None)
+        if status is None:
+            assert f"  job {k + 1}: no run recorded" in out
+        elif status == "KILLED":
+            assert f"  job {k + 1} tiny-baseline-rte-s{k + 1}: KILLED" in out
     resume_and_check(tmp_path, args, finished)
