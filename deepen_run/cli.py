@@ -64,7 +64,7 @@ def _clean_failed_attempt(e: BaseException) -> None:
 # removed at exit, with no .hydra/ and no log: one run leaves one directory, and no code that
 # writes to (or cleans) "the run dir" can touch rank 0's or the user's working directory.
 # RANK is the global rank both launchers set (multi-node included).
-QUIET_RANK = {"hydra.output_subdir": "null", "hydra/job_logging": "disabled", "hydra/hydra_logging": "disabled"}
+QUIET_RANK = (("hydra.output_subdir", "null"), ("hydra/job_logging", "disabled"), ("hydra/hydra_logging", "disabled"))
 
 
 def quiet_other_ranks(argv: list[str]) -> list[str]:
@@ -73,7 +73,7 @@ def quiet_other_ranks(argv: list[str]) -> list[str]:
         return argv
     scratch = tempfile.mkdtemp(prefix=f"deepen-run-rank{rank}-")
     atexit.register(shutil.rmtree, scratch, True)
-    quiet = {"hydra.run.dir": scratch, **QUIET_RANK}
+    quiet = {"hydra.run.dir": scratch, **dict(QUIET_RANK)}
     # Replace, not add: Hydra rejects a key given twice, and rank 0 alone owns the run dir.
     keep = [a for a in argv[1:] if a.split("=", 1)[0].lstrip("+~") not in quiet]
     return argv[:1] + keep + [f"{k}={v}" for k, v in quiet.items()]
@@ -107,7 +107,8 @@ def _what_is_left(e: KeyboardInterrupt) -> str:
     return f"the run is KILLED, its checkpoint {e.checkpoint.name} kept (continue with resume=auto)"
 
 
-_hydra_main = hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")(_task)
+def _hydra_main() -> None:
+    hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")(_task)()
 
 
 def _from_task(e: BaseException) -> bool:
