@@ -133,6 +133,20 @@ def finish(home: Optional[Path], status: str) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+def orphan_note(run_id: str, tags: dict) -> str:
+    """What a dead run left to continue from, said truthfully; its run.json is marked KILLED too."""
+    if tags.get("sweep_role") == "parent":
+        return "rerun the sweep's command with resume=auto to continue it"
+    home = Path(tags["run_dir"]) if tags.get("run_dir") else None
+    if home is None or read_run_file(home).get("run_id") != run_id:
+        return "resume=auto in its run dir continues it"
+    finish(home, "KILLED")
+    last = latest(home)
+    if last is None:
+        return f"no checkpoint was saved; resume=auto in {home} runs it again from step 0 as the same run"
+    return f"resume=auto in {home} continues it from its checkpoint {last.name}"
+
+
 def keeps_best(tcfg, total: int, predict: bool = False) -> bool:
     """train.save_best: true/false force it; null (auto) keeps the best weights (~90 MB for MiniLM,
     ~420 MB for BERT-base) only where they are worth the disk: a long run (more steps than

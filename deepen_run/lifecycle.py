@@ -139,13 +139,14 @@ def alive(pid: int) -> bool:
     return True
 
 
-def reap_orphans(tracker, where: str = "", wait_s: float = 0.0) -> list[str]:
+def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> list[str]:
     """End KILLED the runs of this experiment that are RUNNING but whose process (on this host) is
     gone: SIGKILL, OOM-kill or power loss leave no chance to end them from inside. Sweep parents
     carry pid/host tags too, so a SIGKILLed launcher's parent is reaped like a run.
 
     where: an extra search clause (a sweep's own children); wait_s: give live processes that long
-    to end their runs themselves first (an interrupted sweep's jobs are saving a checkpoint)."""
+    to end their runs themselves first (an interrupted sweep's jobs are saving a checkpoint); note(run_id,
+    tags): what the dead run left to continue from (checkpoint.orphan_note), for its error tag."""
     if not tracker.enabled:
         return []
     host = socket.gethostname()
@@ -162,26 +163,11 @@ def reap_orphans(tracker, where: str = "", wait_s: float = 0.0) -> list[str]:
         if r.info.run_id in mine and int(pid) != os.getpid() and not alive(int(pid)) \
                 and tracker.client.get_run(r.info.run_id).info.status == "RUNNING":
             tracker.client.set_tag(r.info.run_id, "error", f"process {pid} exited without ending the run "
-                                   f"(SIGKILL, out of memory or power loss); {_left(r.info.run_id, r.data.tags)}")
+                                   f"(SIGKILL, out of memory or power loss); "
+                                   f"{note(r.info.run_id, r.data.tags) if note else 'resume=auto continues it'}")
             tracker.client.set_terminated(r.info.run_id, status="KILLED")
             dead.append(r.info.run_id)
     return dead
-
-
-def _left(run_id: str, tags: dict) -> str:
-    """What a dead run left to continue from, said truthfully; its run.json is marked KILLED too."""
-    if tags.get("sweep_role") == "parent":
-        return "rerun the sweep's command with resume=auto to continue it"
-    from deepen_run import checkpoint as ck
-
-    home = Path(tags["run_dir"]) if tags.get("run_dir") else None
-    if home is None or ck.read_run_file(home).get("run_id") != run_id:
-        return "resume=auto in its run dir continues it"
-    ck.finish(home, "KILLED")
-    last = ck.latest(home)
-    if last is None:
-        return f"no checkpoint was saved; resume=auto in {home} runs it again from step 0 as the same run"
-    return f"resume=auto in {home} continues it from its checkpoint {last.name}"
 
 
 LOCK = ".lock"

@@ -46,7 +46,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
     tracker.check()
     if "sweep_id" not in (tags or {}):  # a sweep's launcher looks for dead runs once, for all its jobs
-        reap_orphans(tracker)
+        reap_orphans(tracker, note=ck.orphan_note)
     run_id = ck.read_run_file(resume_home).get("run_id") if resume_home else None
     set_seed(cfg.seed)
     method = METHODS[cfg.method.name]

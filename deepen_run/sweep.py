@@ -68,6 +68,7 @@ class SweepCallback(Callback):
 
 def open_sweep(config):
     """Check every job, then create the parent run (or reopen it: resume=auto) and start watching."""
+    from deepen_run.checkpoint import orphan_note
     from deepen_run.lifecycle import provenance, reap_orphans
     from deepen_run.resume import wanted
     from deepen_run.sweep_check import check_jobs
@@ -85,7 +86,7 @@ def open_sweep(config):
     uri, experiment = config.tracking.uri, config.tracking.experiment
     tracker = Tracker(uri, experiment)
     tracker.check()
-    reap_orphans(tracker)  # runs (and a parent) whose process died, once for all the jobs
+    reap_orphans(tracker, note=orphan_note)  # runs (and a parent) whose process died, once for all the jobs
     (sweep_dir / JOBS_DIR).mkdir(parents=True, exist_ok=True)
     target = lambda key: str(OmegaConf.select(config, key, default="?")).rsplit(".", 1)[-1]  # noqa: E731
     # pid/host: a SIGKILLed launcher's parent is reaped like a run (lifecycle.reap_orphans)

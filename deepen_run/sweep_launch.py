@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from deepen_run.checkpoint import orphan_note
 from deepen_run.lifecycle import SIGNALS, Interrupted, alive, reap_orphans
 from deepen_run.sweep_counts import Counts
 from deepen_run.sweep_jobs import JOBS_DIR, STOP_FILE, read_outcomes, read_starts, watch
@@ -86,7 +87,7 @@ class Launch:
         self.watcher.join()
         info, tracker = self.info, self.tracker
         if interrupted:  # jobs whose process died before ending their run
-            reap_orphans(tracker, f"tags.sweep_id = '{info['sweep_id']}'", wait_s=60)
+            reap_orphans(tracker, f"tags.sweep_id = '{info['sweep_id']}'", wait_s=60, note=orphan_note)
         c = self.counts.update(read_outcomes(self.dir), self._started_not_ended())
         c.log()
         status = "FINISHED" if c.finished == c.n and c.n > 0 else "KILLED" if interrupted else "FAILED"
