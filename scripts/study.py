@@ -43,10 +43,13 @@ def main() -> None:
     p.add_argument("--uri", default=f"sqlite:///{ROOT}/outputs/mlflow.db")
     p.add_argument("--layers", help="layers to duplicate, e.g. [4,5]; default: ask deepen-probe")
     p.add_argument("--smoke", action="store_true", help="tiny scale, for a test of the pipeline")
+    p.add_argument("--resume", metavar="STAMP", help="continue the interrupted study STAMP (its sweeps dirs' "
+                   "<STAMP>-<grid>): each grid continues under its parent run with resume=auto, FINISHED jobs kept")
     a, extra = p.parse_known_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    stamp, t0, times = time.strftime("%Y%m%d-%H%M%S"), time.time(), {}
-    layers = a.layers
+    stamp, t0, times = a.resume or time.strftime("%Y%m%d-%H%M%S"), time.time(), {}
+    chosen = a.out / "sweeps" / f"{stamp}-layers.txt"  # the layers a resumed study must use again
+    layers = a.layers or (chosen.read_text().strip() if a.resume and chosen.is_file() else None)
     if not layers:
         probe = [str(BIN / "deepen-probe"), f"task.names={TASKS}", "probe.suggest=2", "probe.samples=128", "probe.progress=false",
                  f"tracking.uri={a.uri}", f"hydra.run.dir={a.out}/probe-{stamp}"]
@@ -56,7 +59,11 @@ def main() -> None:
             sys.exit("study: deepen-probe printed no suggestion")
         layers = m.group(1)
         times["probe"] = time.time() - t0
+    print(f"study: {stamp}; if it is interrupted, continue it with: make study STUDY_ARGS='--resume {stamp}'",
+          flush=True)
     print(f"study: duplicating layers {layers}", flush=True)
+    chosen.parent.mkdir(parents=True, exist_ok=True)
+    chosen.write_text(f"{layers}\n")
     sweeps = []
     for grid in ("cpu_single", "cpu_multi"):
         t = time.time()
@@ -64,7 +71,8 @@ def main() -> None:
         grid_args = SMOKE + (["hydra.sweeper.params.task='rte,mrpc'"] if grid == "cpu_single" else []) \
             if a.smoke else []
         sh([str(BIN / "deepen-run"), "-m", f"+study={grid}", f"tracking.uri={a.uri}",
-            f"hydra.sweep.dir={sweep_dir}", *grid_args, *extra], env={"DEEPEN_STUDY_DUPLICATE": layers})
+            f"hydra.sweep.dir={sweep_dir}", *grid_args, *extra, *(["resume=auto"] if a.resume else [])],
+           env={"DEEPEN_STUDY_DUPLICATE": layers})
         sweeps.append(json.loads((sweep_dir / "deepen_sweep.json").read_text())["sweep_id"])
         times[grid] = time.time() - t
     experiment = json.loads((sweep_dir / "deepen_sweep.json").read_text())["experiment"]
