@@ -95,8 +95,8 @@ class Launch:
         if interrupted:
             tracker.set_tags({"interrupted": f"{why}: {c.finished} of {c.n} jobs finished, {c.killed} killed, "
                                              f"{c.pending} not started"})
-        elif c.failed:
-            tracker.set_tags({"sweep_failed": f"{c.n - c.finished} of {c.n} jobs did not finish: " + c.which()})
+        elif c.finished < c.n:
+            tracker.set_tags({"sweep_failed": f"{c.n - c.finished} of {c.n} jobs failed: " + c.which()})
         for name in ("multirun.yaml", "optimization_results.yaml"):
             if (self.dir / name).is_file():
                 tracker.log_file(str(self.dir / name))
