@@ -106,7 +106,7 @@ class Launch:
             saved = c.with_checkpoint(self.dir)
             print(f"deepen-run: sweep stopped by {why}; its parent and {c.killed} unfinished job(s) are KILLED "
                   f"({saved} with a checkpoint), {c.pending} not started; continue the sweep with the same command "
-                  "plus resume=auto", file=sys.stderr, flush=True)
+                  f"plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
         elif c.finished:
             self.report()
         return c.n - c.finished
