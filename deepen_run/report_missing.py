@@ -28,6 +28,7 @@ def missing_lines(uri: str, experiment: str, sweep_id: str) -> list[str]:
             out.append(f"job {k + 1} {c['name']}: {c['status']}" + (f" ({why[:200]})" if why else ""))
     if not out:
         return []
-    head = f"sweep {sweep_id}: {len(numbers) - len(out)} of {len(numbers)} children are in the table; missing from their row:"
+    head = (f"sweep {sweep_id}: {len(numbers) - len(out)} of {len(numbers)} children are in the table; "
+            "missing from their row:")
     return [head, *(f"  {line}" for line in out),
             "  (continue the sweep: its command plus resume=auto; the report then covers them)"]

@@ -76,13 +76,13 @@ def open_sweep(config):
     from deepen_run.sweep_resume import check_same, jobs_of, previous, reopen
     from deepen_run.tracking import Tracker
 
-    checked = check_jobs(config)
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
-    n = checked if checked is not None else count_jobs(config)
     params, jobs = sweep_params(config), jobs_of(config)
-    old = previous(sweep_dir)
+    old = previous(sweep_dir)  # a sweep dir holds one sweep: continued with resume=auto, else refused
     if old is not None:
         check_same(old, params, jobs, sweep_dir, resume=wanted(config.resume) is not None)
+    checked = check_jobs(config)
+    n = checked if checked is not None else count_jobs(config)
     uri, experiment = config.tracking.uri, config.tracking.experiment
     tracker = Tracker(uri, experiment)
     tracker.check()
@@ -104,7 +104,7 @@ def open_sweep(config):
                 "dir": str(sweep_dir), "params": params, "jobs": jobs, "launcher_pid": os.getpid(), "attempt": 1}
         first_step = 0
     write_json(sweep_dir / SWEEP_FILE, info)
-    again = f"; continuing attempt {info['attempt'] - 1}" if old is not None else ""
+    again = f"; attempt {info['attempt']}, continuing the interrupted sweep" if old is not None else ""
     print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "
           f"experiment {experiment!r} ({uri}); outputs in {sweep_dir}{again}", flush=True)
     return Launch(info, tracker, first_step).begin()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import io
-import logging
 import json
+import logging
 import os
 import subprocess
 import tempfile

@@ -105,7 +105,7 @@ def test_sigkilled_joblib_sweep_resumes_under_its_parent(tmp_path, glue_dir):
     args, rc, _, finished = interrupt(tmp_path, glue_dir, signal.SIGKILL)
     assert rc == -signal.SIGKILL
     r = resume_and_check(tmp_path, args, finished)
-    assert "continuing attempt 1" in r.stdout
+    assert "attempt 2, continuing the interrupted sweep" in r.stdout
 
 
 @pytest.mark.slow
