@@ -62,9 +62,10 @@ study-ablations: install
 	$(BIN)/deepen-report --experiment study --tasks sst2,stsb --out outputs/study/ablations
 
 # Run folders (logs, kept checkpoints) and the tokenization cache; the MLflow store
-# (outputs/mlflow.db, outputs/mlartifacts) is kept: `make clean-all` removes it too.
-clean:
-	rm -rf outputs/runs outputs/multiruns outputs/cache
+# (outputs/mlflow.db, outputs/mlartifacts) is kept: `make clean-all` removes it too, and the study's
+# and bench's outputs. Only what deepen-run wrote goes: a folder holding anything else is kept and named.
+clean: install
+	$(BIN)/python -m deepen_run.rundir outputs
 
-clean-all: clean
-	rm -rf outputs/*
+clean-all: install
+	$(BIN)/python -m deepen_run.rundir outputs --store
