@@ -13,7 +13,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from deepen_run.choices import Precision, ScheduleKind
+from deepen_run.choices import DuplicateInit, Precision, ScheduleKind
 
 # The checkout (or install) root: conf/ and outputs/ live here, whatever Hydra's run dir is.
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +41,7 @@ class BackboneConfig:
     type_vocab_size: segment (token type) ids when pretrained=false
     pad_token_id: padding token id when pretrained=false
     duplicate_layers: 0-based layers to copy right after themselves before any method builds, e.g. [2,3]
+    duplicate_init: how a copy enters: plain (its output, as the paper) | gated (h + g (copy(h) - h), g from 0: the same function at step 0)
     cosine_samples: dev examples per task for duplicate/cosine_before_finetune when layers are copied
     """
     name: str = MISSING
@@ -64,6 +65,7 @@ class BackboneConfig:
     # Layer duplication, a step on the loaded backbone before any method builds (deepen_run/duplication.py):
     # 0-based layers copied right after themselves; an index listed twice gets two copies.
     duplicate_layers: list[int] = field(default_factory=list)
+    duplicate_init: DuplicateInit = DuplicateInit.plain
     # Dev examples per task for duplicate/cosine_before_finetune (when layers were duplicated).
     cosine_samples: int = 256
 
@@ -227,9 +229,9 @@ class Config:
 
 
 def register() -> None:
-    from deepen_run.methods import NAMES, config_of  # the light config modules: no torch
+    from deepen_run.methods import NAMES, schema_of  # the light config modules: no torch
 
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
     for name in NAMES:
-        cs.store(group="schema/method", name=name, node=config_of(name).Config)
+        cs.store(group="schema/method", name=name, node=schema_of(name))

@@ -111,11 +111,11 @@ def render(prog: str, what: str, schema, conf: Path, primary: str, examples: lis
 
 
 def method_sections() -> list[tuple[str, str, list]]:
-    from deepen_run.methods import NAMES, config_of  # the light config modules: no torch for --help
+    from deepen_run.methods import NAMES, schema_of  # the light config modules: no torch for --help
 
     out = []
     for name in NAMES:
-        title, doc, rows = next(sections(config_of(name).Config, "method."))
+        title, doc, rows = next(sections(schema_of(name), "method."))
         out.append((f"method={name}", doc.split(": ", 1)[-1], rows))
     return out
 

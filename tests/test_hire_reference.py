@@ -14,7 +14,7 @@ from conftest import make_cfg
 from deepen_run import backbone as bb
 from deepen_run import layers as surgery
 from deepen_run.glue import get_tasks
-from deepen_run.methods import hire
+from deepen_run.methods.hire import model as hire
 
 TASKS = ["sst2", "stsb"]
 LENGTHS = (9, 5, 7, 2)
@@ -105,7 +105,7 @@ def run_model(model, task, inputs):
                block.fuse.register_forward_hook(keep("fuse"), with_kwargs=True)]
     try:
         with torch.no_grad():
-            logits = model(task, **inputs)
+            logits = model(task, **inputs).logits
             pooled, alpha = model.features(task, **inputs)
     finally:
         for h in handles:
