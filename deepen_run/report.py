@@ -16,6 +16,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from types import MappingProxyType
 from typing import Optional
 
 from deepen_run import report_rows as rr
@@ -23,8 +24,8 @@ from deepen_run.errors import UserError
 from deepen_run.glue import TASKS
 from deepen_run.report_output import to_csv, to_markdown  # noqa: F401 (part of this module's API)
 
-SIZES = {"params_total": "params/total", "params_trainable": "params/trainable", "x_backbone": "params/ratio",
-         "step_time_s": "train/step_time_s"}
+SIZES = MappingProxyType({"params_total": "params/total", "params_trainable": "params/trainable",
+                          "x_backbone": "params/ratio", "step_time_s": "train/step_time_s"})
 
 
 def task_value(metrics: dict[str, float], task: str) -> Optional[float]:

@@ -14,10 +14,12 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-# Never part of the key: identity of the run, where things live, bookkeeping that cannot change a score.
-IGNORED = {"seed", "resume", "predict", "dry_run", "data.glue_dir", "data.cache_dir", "data.num_workers",
-           "train.log_every", "train.save_every", "train.save_total_limit", "train.save_best"}
-IGNORED_PREFIXES = ("tracking.", "sweep.", "hydra.")
+from deepen_run.config import neutral_keys
+
+# Never part of the key: the seed (what a row averages over) and the keys the schema marks neutral
+# (where things live, bookkeeping that cannot change a score: deepen_run/config.py).
+IGNORED = neutral_keys() | {"seed"}
+IGNORED_PREFIXES = ("sweep.", "hydra.")
 PATHLIKE_NAME = re.compile(r"(^|[._])(path|dir|uri|file|url)$")
 PATHLIKE_VALUE = re.compile(r"^(/|~/|[a-z]+://|[a-z]+:///|pkg://)")
 MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch")

@@ -14,11 +14,11 @@ import json
 import re
 import sys
 
-from mlflow.tracking import MlflowClient
-
 
 def dump(uri: str) -> dict:
     """run name -> metric -> [[step, value], ...] in step order, for every run of every experiment."""
+    from mlflow.tracking import MlflowClient  # only to dump: comparing needs no MLflow
+
     client = MlflowClient(tracking_uri=uri)
     out: dict = {}
     for exp in client.search_experiments():

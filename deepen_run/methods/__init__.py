@@ -71,6 +71,8 @@ def schema_of(name: str) -> type:
 class _Registry(Mapping):
     """name -> model module, imported when first looked up (a plain dict would import them all)."""
 
+    __slots__ = ()  # no state: the lookup is the registry's code
+
     def __getitem__(self, name: str) -> ModuleType:
         return importlib.import_module(f"{__name__}.{owner(name)}.model")
 

@@ -13,6 +13,7 @@ registered method against these Protocols on a built tiny model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
 
@@ -82,11 +83,11 @@ def _after_train(model, ctx) -> None:
 
 
 # name -> (the module it lives in, its no-op default, whose docstring is the hook's contract).
-OPTIONAL_HOOKS: dict[str, tuple[str, Callable[..., None]]] = {
+OPTIONAL_HOOKS: MappingProxyType = MappingProxyType({
     "check": ("config", _check),
     "after_build": ("model", _after_build),
     "after_train": ("model", _after_train),
-}
+})
 
 
 def hook(module, name: str) -> Callable[..., None]:
