@@ -15,6 +15,7 @@ import re
 from typing import Optional
 
 from deepen_run.config import neutral_keys
+from deepen_run.methods import REFERENCE
 
 # Never part of the key: the seed (what a row averages over) and the keys the schema marks neutral
 # (where things live, bookkeeping that cannot change a score: deepen_run/config.py).
@@ -26,7 +27,7 @@ MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch")
 # Shown in their own columns (backbone, method, setup), never repeated in "settings".
 SHOWN_ELSEWHERE = ("backbone.name", "method.name", "task.names", "schedule.")
 # A method's own options and layer duplication: what the baseline of a row may differ in.
-METHOD_SPECIFIC = ("method.", "backbone.duplicate_layers")
+METHOD_SPECIFIC = ("method.", "backbone.duplicate_")
 
 
 def is_dry(run: dict) -> bool:
@@ -106,7 +107,7 @@ def baseline_of(key: tuple, keys: list[tuple]) -> Optional[tuple]:
     multi-task row is compared with the multi-task baseline of the same tasks and schedule, else
     with the single-task baseline (every setting but the multi-task ones equal)."""
     d = dict(key)
-    bases = [k for k in keys if dict(k)["method.name"] == "baseline" and _no_duplication(dict(k))]
+    bases = [k for k in keys if dict(k)["method.name"] == REFERENCE and _no_duplication(dict(k))]
     same = [b for b in bases if _rest(dict(b)) == _rest(d)]
     if same:
         return same[0]

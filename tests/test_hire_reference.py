@@ -1,4 +1,4 @@
-"""HIRE recomputed by hand (METHODS.md §1) from the module's own weights and the backbone's
+"""HIRE recomputed by hand (docs/methods.md, section HIRE) from the module's own weights and the backbone's
 hidden states, and compared with the model in float64: which hidden states the extractor reads,
 the layer summaries s_j, importances alpha = softmax_j(w^T s_j), A = sum_j alpha_j H_j, R = H_L,
 M = [R; A; R+A; R*A], the fusion BiGRU's output, the pooled vector and the logits.

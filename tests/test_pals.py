@@ -1,4 +1,4 @@
-"""method=pals (METHODS.md §2): where the projected attention sits, task routing, what trains, the
+"""method=pals (docs/methods.md, section PALs): where the projected attention sits, task routing, what trains, the
 attention mask, the exact parameter accounting, and the paper's annealed schedule."""
 import copy
 import math

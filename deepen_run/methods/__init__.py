@@ -31,6 +31,8 @@ from types import MappingProxyType, ModuleType
 from deepen_run.methods.contract import Output, hook  # noqa: F401 (the contract's pieces, for callers)
 
 FOLDERS = ("baseline", "hire", "pals")
+# What the report compares every other row with.
+REFERENCE = "baseline"
 
 
 def _config_module(folder: str) -> ModuleType:
