@@ -42,7 +42,7 @@ import bench_startup  # noqa: E402
 from bench_race import Baton, Lap, Memory, median, run_threads, sync  # noqa: E402
 from deepen_run import backbone as bb  # noqa: E402
 from deepen_run import data as gd  # noqa: E402
-from deepen_run import duplication  # noqa: E402
+from deepen_run import backbone_steps  # noqa: E402
 from deepen_run import tsv  # noqa: E402
 from deepen_run.config import ROOT, register  # noqa: E402
 from deepen_run.fast import resolve_precision  # noqa: E402
@@ -177,7 +177,7 @@ def method_table(a, cfg, spec, tok, ordered, device) -> dict:
         try:
             mcfg = compose_cfg(a, f"method={name}", *extra, *(a.method_override if name != "baseline" else []))
             torch.manual_seed(a.seed)
-            model = METHODS[name].build(duplication.load(mcfg), mcfg.method, [spec])
+            model = METHODS[name].build(backbone_steps.load(mcfg)[0], mcfg.method, [spec])
         except Exception as e:  # noqa: BLE001 (a method mid-development must not sink the bench)
             skipped[label] = first_line(e, 200)
             continue
