@@ -4,7 +4,7 @@ Label ids follow the Hub's nyu-mll/glue so both data sources give identical data
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Optional
 

@@ -7,9 +7,7 @@ Off the main process every call is a no-op, so only rank 0 writes.
 from __future__ import annotations
 
 import io
-import json
 import subprocess
-import tempfile
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Optional

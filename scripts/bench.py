@@ -207,7 +207,7 @@ def length_table(a, cfg, spec, tok, ordered, init_state, device) -> dict:
     batches = {n: bc.fixed_length_batches(tok, ordered, a.batch_size, n, a.method_steps, device) for n in lengths}
     res = rounds(a, {n: (lambda b: st.step(spec.name, b)) for n in lengths}, lambda n: batches[n], device)
     first = res[lengths[0]]["_t"] if lengths else []
-    for n, r in res.items():
+    for r in res.values():
         r["examples_per_s"] = 1000 * a.batch_size / r["step_ms"]
         r["x_shortest"] = median([t / f for t, f in zip(r.pop("_t"), first)])
     return {str(n): r for n, r in res.items()}
