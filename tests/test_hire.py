@@ -146,7 +146,7 @@ def test_new_parameters_follow_the_train_level_rule():
     lr = make_cfg().train.learning_rate
     for scale in (1.0, 10.0):
         model, cfg = build(f"train.new_params_lr_scale={scale}")
-        opt = optimizer_for(model, cfg.train, "cpu")
+        opt = optimizer_for(model, cfg.train, "cpu", model.new_parameters())
         lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
         assert lr_of[id(model.backbone.embeddings.word_embeddings.weight)] == pytest.approx(lr)
         assert lr_of[id(model.hire["shared"].fuse.layers[1]["bwd"].weight_ih_l0)] == pytest.approx(scale * lr)
