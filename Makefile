@@ -43,6 +43,10 @@ ui: install
 	@mkdir -p outputs
 	@$(BIN)/python -m deepen_run.ui sqlite:///$(CURDIR)/outputs/mlflow.db $(CURDIR)/outputs/mlartifacts $(UI_PORT)
 
+# ruff with the rules in pyproject.toml ([tool.ruff]): real mistakes (pyflakes, bugbear, ...), seconds.
+lint: install
+	$(BIN)/ruff check deepen_run tests scripts
+
 # Side-by-side with the Hugging Face Trainer, method overheads, length sweep (< 15 min on 2 CPU
 # cores), start-up cost; writes outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run,
 # BENCH_ARGS=--startup-only for the start-up section alone.

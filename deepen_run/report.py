@@ -16,15 +16,17 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from types import MappingProxyType
 from typing import Optional
 
 from deepen_run import report_rows as rr
 from deepen_run.errors import UserError
 from deepen_run.glue import TASKS
+from deepen_run.methods import REFERENCE
 from deepen_run.report_output import to_csv, to_markdown  # noqa: F401 (part of this module's API)
 
-SIZES = {"params_total": "params/total", "params_trainable": "params/trainable", "x_backbone": "params/ratio",
-         "step_time_s": "train/step_time_s"}
+SIZES = MappingProxyType({"params_total": "params/total", "params_trainable": "params/trainable",
+                          "x_backbone": "params/ratio", "step_time_s": "train/step_time_s"})
 
 
 def task_value(metrics: dict[str, float], task: str) -> Optional[float]:
@@ -100,7 +102,7 @@ def build(runs: list[dict], only: Optional[list[str]] = None) -> dict:
                 if r not in members.setdefault(key, []):
                     members[key].append(r)
     order = [t for t in TASKS if any(t in g for g in groups.values())]
-    keys = sorted(groups, key=lambda k: (rr.setup(k) != "single-task", dict(k)["method.name"] != "baseline", k))
+    keys = sorted(groups, key=lambda k: (rr.setup(k) != "single-task", dict(k)["method.name"] != REFERENCE, k))
     label = rr.labels(keys)
     rows = []
     for key in keys:

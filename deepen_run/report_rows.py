@@ -14,17 +14,20 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-# Never part of the key: identity of the run, where things live, bookkeeping that cannot change a score.
-IGNORED = {"seed", "resume", "predict", "dry_run", "data.glue_dir", "data.cache_dir", "data.num_workers",
-           "train.log_every", "train.save_every", "train.save_total_limit", "train.save_best"}
-IGNORED_PREFIXES = ("tracking.", "sweep.", "hydra.")
+from deepen_run.config import neutral_keys
+from deepen_run.methods import REFERENCE
+
+# Never part of the key: the seed (what a row averages over) and the keys the schema marks neutral
+# (where things live, bookkeeping that cannot change a score: deepen_run/config.py).
+IGNORED = neutral_keys() | {"seed"}
+IGNORED_PREFIXES = ("sweep.", "hydra.")
 PATHLIKE_NAME = re.compile(r"(^|[._])(path|dir|uri|file|url)$")
 PATHLIKE_VALUE = re.compile(r"^(/|~/|[a-z]+://|[a-z]+:///|pkg://)")
 MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch")
 # Shown in their own columns (backbone, method, setup), never repeated in "settings".
 SHOWN_ELSEWHERE = ("backbone.name", "method.name", "task.names", "schedule.")
 # A method's own options and layer duplication: what the baseline of a row may differ in.
-METHOD_SPECIFIC = ("method.", "backbone.duplicate_layers")
+METHOD_SPECIFIC = ("method.", "backbone.duplicate_")
 
 
 def is_dry(run: dict) -> bool:
@@ -104,7 +107,7 @@ def baseline_of(key: tuple, keys: list[tuple]) -> Optional[tuple]:
     multi-task row is compared with the multi-task baseline of the same tasks and schedule, else
     with the single-task baseline (every setting but the multi-task ones equal)."""
     d = dict(key)
-    bases = [k for k in keys if dict(k)["method.name"] == "baseline" and _no_duplication(dict(k))]
+    bases = [k for k in keys if dict(k)["method.name"] == REFERENCE and _no_duplication(dict(k))]
     same = [b for b in bases if _rest(dict(b)) == _rest(d)]
     if same:
         return same[0]

@@ -120,7 +120,7 @@ def _check_overrides(cfg, saved, home: Path) -> None:
         if key == "resume" or key.startswith("hydra"):
             continue
         now, then = OmegaConf.select(cfg, key), OmegaConf.select(saved, key)
-        as_data = (lambda x: OmegaConf.to_container(x, resolve=False) if OmegaConf.is_config(x) else x)
+        as_data = (lambda x: OmegaConf.to_container(x, resolve=False) if OmegaConf.is_config(x) else x)  # noqa: E731
         if as_data(now) != as_data(then):
             raise UserError(f"resume: {key} was {as_data(then)!r} in {home} but is {as_data(now)!r} now; a resumed "
                             "run keeps its config (drop the override, or start a new run without resume)")

@@ -21,16 +21,16 @@ KIND = ("mlflow.experimentKind", "custom_model_development")
 VIEW = "deepen-run"  # the share key
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
 DEFAULT_UI = "http://127.0.0.1:5000"
-FIRST = ["metrics.`eval/score`", "metrics.`eval/best_score`"]
-LAST = ["tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
-        "metrics.`params/ratio`", "metrics.`train/runtime_s`"]
+FIRST = ("metrics.`eval/score`", "metrics.`eval/best_score`")
+LAST = ("tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
+        "metrics.`params/ratio`", "metrics.`train/runtime_s`")
 
 
 def columns(eval_keys: list[str], before: list[str] | None = None) -> list[str]:
     """eval/score first, then every eval metric seen so far, then what tells runs apart."""
-    seen = [c for c in (before or []) if c not in FIRST + LAST]
+    seen = [c for c in (before or []) if c not in FIRST and c not in LAST]
     new = [f"metrics.`{k}`" for k in sorted(eval_keys) if k.startswith("eval/") and f"metrics.`{k}`" not in FIRST]
-    return FIRST + seen + [c for c in new if c not in seen] + LAST
+    return [*FIRST, *seen, *[c for c in new if c not in seen], *LAST]
 
 
 def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | None = None) -> None:

@@ -300,7 +300,7 @@ def test_read_only_store_as_a_non_root_user_sees_it(tmp_path, monkeypatch):
     (tmp_path / "mlflow.db").write_bytes(b"")
     for locked, culprit in [(tmp_path / "mlflow.db", "mlflow.db is read-only"), (tmp_path, "is not writable")]:
         real = os.access
-        monkeypatch.setattr(os, "access", lambda p, mode, locked=locked: Path(p) != locked and real(p, mode))
+        monkeypatch.setattr(os, "access", lambda p, mode, locked=locked, real=real: Path(p) != locked and real(p, mode))
         t = OmegaConf.create({"uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "x"})
         with pytest.raises(UserError, match=culprit):
             tracking_store(t)

@@ -11,7 +11,7 @@ from conftest import cli, make_cfg, runs_of
 from deepen_run import backbone as bb
 from deepen_run.errors import UserError
 from deepen_run.glue import get_tasks
-from deepen_run.methods import hire
+from deepen_run.methods.hire import model as hire
 from deepen_run.model import count
 from deepen_run.runner import check
 from deepen_run.train import optimizer_for
@@ -54,9 +54,9 @@ def test_extra_padding_leaves_logits_unchanged(opts):
     model, _ = build(*opts)
     model.eval()
     with torch.no_grad():
-        tight = model("sst2", **batch())
-        padded = model("sst2", **batch(pad=6))
-        alone = model("sst2", **{k: v[3:, :2] for k, v in batch().items()})  # the short one, unpadded
+        tight = model("sst2", **batch()).logits
+        padded = model("sst2", **batch(pad=6)).logits
+        alone = model("sst2", **{k: v[3:, :2] for k, v in batch().items()}).logits  # the short one, unpadded
     assert torch.allclose(tight, padded, atol=1e-5), (tight - padded).abs().max()
     assert torch.allclose(tight[3:], alone, atol=1e-5)
 
@@ -82,7 +82,7 @@ def test_bigru_equals_a_packed_bidirectional_gru():
 def test_gradients_reach_backbone_and_both_grus():
     model, _ = build()
     model.train()
-    model("sst2", **batch()).sum().backward()
+    model("sst2", **batch()).logits.sum().backward()
     block = model.hire["shared"]
 
     def moved(p):
@@ -135,7 +135,7 @@ def test_parameter_count_matches_the_formula(k, importance, shared):
 def test_one_hire_per_task_when_not_shared():
     model, _ = build("method.shared=false")
     assert sorted(model.hire) == sorted(TASKS)
-    model("stsb", **batch()).sum().backward()
+    model("stsb", **batch()).logits.sum().backward()
     assert model.hire["stsb"].fuse.layers[0]["fwd"].weight_hh_l0.grad is not None
     assert model.hire["sst2"].fuse.layers[0]["fwd"].weight_hh_l0.grad is None
 
@@ -146,7 +146,7 @@ def test_new_parameters_follow_the_train_level_rule():
     lr = make_cfg().train.learning_rate
     for scale in (1.0, 10.0):
         model, cfg = build(f"train.new_params_lr_scale={scale}")
-        opt = optimizer_for(model, cfg.train, "cpu")
+        opt = optimizer_for(model, cfg.train, "cpu", model.new_parameters())
         lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
         assert lr_of[id(model.backbone.embeddings.word_embeddings.weight)] == pytest.approx(lr)
         assert lr_of[id(model.hire["shared"].fuse.layers[1]["bwd"].weight_ih_l0)] == pytest.approx(scale * lr)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from deepen_run.choices import Pool, StrEnum
+from deepen_run.config import neutral
 from deepen_run.errors import UserError
 
 
@@ -31,7 +32,7 @@ class Config:
     include_embeddings: also offer the embedding output H_0 to the extractor
     summary: how a layer's BiGRU outputs become its summary: mean (masked mean) | last (final states)
     pool: fusion output -> sentence vector: cls | mean | max
-    importance: dynamic (the paper) | mean (uniform) | random (fixed, drawn once): an ablation
+    importance: dynamic (the paper) | mean (uniform 1/J) | random (fixed, drawn once): an ablation
     random_seed: seed of importance=random's weights, independent of the run's seed
     shared: one HIRE for all tasks (true) or one per task (false); heads are always per task
     dropout: head dropout; null = the backbone's hidden_dropout_prob
@@ -39,15 +40,15 @@ class Config:
     """
 
     name: str = "hire"
-    gru_layers: int = 2  # depth of the fusion BiGRU (the paper's ablation; 2 was best on CoLA)
-    include_embeddings: bool = False  # also offer H_0 (the embedding output) to the extractor
-    summary: Summary = Summary.mean  # how a layer's BiGRU outputs become s_j: masked mean | last (final states)
-    pool: Pool = Pool.cls  # fusion output -> sentence vector: cls | mean | max
-    importance: Importance = Importance.dynamic  # dynamic (the paper) | mean (uniform 1/J) | random (fixed, drawn once)
-    random_seed: int = 0  # seeds importance=random's weights, independent of the run's seed
-    shared: bool = True  # one HIRE for all tasks (true) or one per task (false); heads are always per task
-    dropout: Optional[float] = None  # head dropout; null = the backbone's hidden_dropout_prob
-    report_examples: int = 16  # dev examples per task whose importances are recorded one by one
+    gru_layers: int = 2  # the paper's ablation: 2 was best on CoLA
+    include_embeddings: bool = False
+    summary: Summary = Summary.mean
+    pool: Pool = Pool.cls
+    importance: Importance = Importance.dynamic
+    random_seed: int = 0
+    shared: bool = True
+    dropout: Optional[float] = None
+    report_examples: int = neutral(16)
 
 
 def check(cfg) -> None:
