@@ -30,7 +30,7 @@ from deepen_run.sweep_jobs import JOBS_DIR, SWEEP_FILE
 # Entries a run dir or sweep dir of ours may hold; anything else marks a folder as the user's.
 RUN_RECORDS = ("run.json", "run_config.yaml")
 SWEEP_RECORDS = ("multirun.yaml", SWEEP_FILE, JOBS_DIR)
-OURS = {".hydra", ".lock", "checkpoints", "submission", *RUN_RECORDS, *SWEEP_RECORDS}
+OURS = frozenset({".hydra", ".lock", "checkpoints", "submission", *RUN_RECORDS, *SWEEP_RECORDS})
 
 
 def foreign_entries(folder: Path, records: tuple[str, ...]) -> list[str]:
