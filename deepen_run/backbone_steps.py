@@ -44,8 +44,10 @@ def record(backbone, ctx) -> None:
 
 
 def load(cfg):
-    """The backbone of a run: loaded, then every step applied. -> (backbone, Added)."""
+    """The backbone of a run: loaded, then every step applied. -> (backbone, the parameters it was
+    loaded with, Added): what model.new_parameters needs to tell pretrained weights from new ones."""
     from deepen_run import backbone as bb
 
     backbone = bb.load_model(cfg.backbone)
-    return backbone, apply(backbone, cfg)
+    loaded = tuple(backbone.parameters())
+    return backbone, loaded, apply(backbone, cfg)

@@ -72,14 +72,15 @@ def count(module: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in seen.values())
 
 
-def new_parameters(model: nn.Module, loaded: set[int], added) -> tuple:
+def new_parameters(model: nn.Module, loaded, added) -> tuple:
     """What starts from scratch (trained at train.new_params_lr_scale x lr): the method's declaration
     (contract.MethodModel.new_parameters) and the backbone steps' new weights (backbone_steps.Added).
-    loaded: ids of the parameters the backbone was loaded with. Every parameter must be loaded, a
+    loaded: the parameters the backbone was loaded with (the tensors, not their ids: a module a method
+    replaces is freed, and a new tensor may reuse a freed id). Every parameter must be loaded, a
     step's, or declared by the method: one built but not declared would silently train at the
     pretrained rate, so it is an error (naming it) instead."""
     new = (*model.new_parameters(), *added.new)
-    known = loaded | {id(p) for p in (*new, *added.copied)}
+    known = {id(p) for p in (*loaded, *new, *added.copied)}
     undeclared = [n for n, p in model.named_parameters() if id(p) not in known]
     if undeclared:
         raise RuntimeError(f"{type(model).__name__} built parameters it does not declare in new_parameters(): "

@@ -74,7 +74,7 @@ class Listing:
                 p.rmdir()
             return
         for p in self.folder.iterdir():
-            if p.name not in self.entries and p.suffix != ".log":
+            if p.name not in self.entries and p.suffix != ".log" and p.name != ".lock":
                 shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
 
 
@@ -101,11 +101,17 @@ class RunDirGuard(Callback):
         from deepen_run.checkpoint import RUN_FILE
         from deepen_run.errors import UserError
 
+        from deepen_run.lifecycle import DirInUse, in_use
+
         error = getattr(job_return, "_return_value", None)
         if not isinstance(error, UserError):
             return
-        if self.listing is not None and not (self.listing.folder / RUN_FILE).exists():
-            self.listing.remove_created()  # with run.json, an MLflow run exists: its dir is a record
+        folder = self.listing.folder if self.listing is not None else None
+        # Not ours to clean: another live run owns the dir (it may have made it as we started), or an
+        # MLflow run exists (run.json): its dir is a record.
+        if folder is not None and not isinstance(error, DirInUse) and not in_use(folder) \
+                and not (folder / RUN_FILE).exists():
+            self.listing.remove_created()
         from deepen_run.cli import fail_with
 
         fail_with(error)  # one line and the exit code now: Hydra would add a line of its own
@@ -120,7 +126,7 @@ class RunDirGuard(Callback):
 def _only_ours(folder: Path) -> bool:
     """Every entry, all the way down past our own records, is one deepen-run writes."""
     for p in folder.iterdir():
-        if p.name in (".hydra", "checkpoints", "submission", JOBS_DIR) or p.suffix == ".log":
+        if p.name in (".hydra", "checkpoints", "submission", JOBS_DIR, "cli.log"):
             continue
         if p.name.isdigit() and p.is_dir():
             if not _only_ours(p):

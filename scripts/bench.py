@@ -202,7 +202,7 @@ def method_table(a, cfg, spec, tok, ordered, device) -> dict:
 def length_table(a, cfg, spec, tok, ordered, init_state, device) -> dict:
     limit = bb.load_model(cfg.backbone).config.max_position_embeddings
     lengths = [n for n in a.lengths if n <= limit]
-    st = bc.Stepper(bc.baseline_model(cfg, [spec], init_state), cfg.train, device,
+    st = bc.Stepper(bc.baseline_model(cfg, [spec], init_state)[0], cfg.train, device,
                     resolve_precision(cfg.train.mixed_precision))
     batches = {n: bc.fixed_length_batches(tok, ordered, a.batch_size, n, a.method_steps, device) for n in lengths}
     res = rounds(a, {n: (lambda b: st.step(spec.name, b)) for n in lengths}, lambda n: batches[n], device)
@@ -251,7 +251,7 @@ def training(a, report: dict) -> None:
     ordered = data.train.select(example_order(data.train, a)[:need])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(a.seed)
-    init_state = {k: v.clone() for k, v in bc.baseline_model(cfg, [spec]).state_dict().items()}
+    init_state = {k: v.clone() for k, v in bc.baseline_model(cfg, [spec])[0].state_dict().items()}
     import tempfile
 
     tmp = tempfile.mkdtemp(prefix="deepen-bench-")

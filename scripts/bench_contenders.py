@@ -28,7 +28,7 @@ from deepen_run import metrics as glue_metrics
 from deepen_run.fast import enable_tf32, fused_adamw_ok, make_accelerator, resolve_precision
 from deepen_run.context import RunContext
 from deepen_run.methods import METHODS
-from deepen_run.model import task_loss
+from deepen_run.model import new_parameters, task_loss
 from deepen_run.predict import batch_inputs
 from deepen_run.sampling import TaskSampler
 from deepen_run.tracking import Tracker
@@ -38,10 +38,12 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def baseline_model(cfg, tasks, init_state=None):
-    model = METHODS["baseline"].build(backbone_steps.load(cfg)[0], cfg.method, tasks)
+    """-> (model, its new parameters as the runner derives them)."""
+    backbone, loaded, added = backbone_steps.load(cfg)
+    model = METHODS["baseline"].build(backbone, cfg.method, tasks)
     if init_state is not None:
         model.load_state_dict(init_state)
-    return model
+    return model, new_parameters(model, loaded, added)
 
 
 class _LapSaver:
@@ -65,14 +67,14 @@ def deepen_run(cfg, spec, tok, ordered, dev, init_state, lap, tracking_uri) -> d
     """train.fit itself (the loop every run uses: steps, loss logging, evaluation cadence, final
     record), on the runner's pieces; only the checkpoints are left out (a _LapSaver instead)."""
     tcfg = cfg.train
-    model = baseline_model(cfg, [spec], init_state)
+    model, new = baseline_model(cfg, [spec], init_state)
     accelerator = make_accelerator(tcfg)
     tracker = Tracker(tracking_uri, "bench")
     tracker.start("bench-deepen-run", {"bench": "1"})
     loader = gd.make_loader(ordered, tok, tcfg.batch_size, False, cfg.seed)
     dev_loader = gd.make_loader(dev, tok, tcfg.eval_batch_size, False, cfg.seed)
     sampler = TaskSampler(cfg.schedule, {spec.name: len(ordered)}, len(loader), tcfg.max_steps, cfg.seed)
-    optimizer = optimizer_for(model, tcfg, accelerator.device.type, model.new_parameters())
+    optimizer = optimizer_for(model, tcfg, accelerator.device.type, new)
     scheduler = scheduler_for(optimizer, tcfg, tcfg.max_steps)
     model, optimizer, scheduler, loader, dev_loader = accelerator.prepare(model, optimizer, scheduler, loader,
                                                                           dev_loader)
@@ -158,7 +160,7 @@ def device_batches(tok, ordered, batch_size, seed, device) -> list[dict]:
 
 def bare(cfg, spec, batches, init_state, lap, device) -> dict:
     enable_tf32()
-    model = baseline_model(cfg, [spec], init_state).to(device).train()
+    model = baseline_model(cfg, [spec], init_state)[0].to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay,
                             fused=fused_adamw_ok(device.type))
     dtype = torch.bfloat16 if resolve_precision(cfg.train.mixed_precision) == "bf16" else None

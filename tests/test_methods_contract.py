@@ -81,7 +81,8 @@ def test_new_parameters_get_the_same_lr_rule_in_every_method(method, scale):
     tcfg = make_cfg(f"train.new_params_lr_scale={scale}").train
     lr = tcfg.learning_rate
     backbone = {id(p) for p in model.backbone.parameters()}
-    opt = optimizer_for(model, tcfg, "cpu", new_parameters(model, backbone, backbone_steps.Added()))
+    opt = optimizer_for(model, tcfg, "cpu", new_parameters(model, tuple(model.backbone.parameters()),
+                                                           backbone_steps.Added()))
     lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     assert len(lr_of) == len(trainable)  # every trainable tensor is in exactly one group
