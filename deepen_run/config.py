@@ -254,3 +254,5 @@ def register() -> None:
     cs.store(name="schema", node=Config)
     for name in NAMES:
         cs.store(group="schema/method", name=name, node=schema_of(name))
+        if not (ROOT / "conf" / "method" / f"{name}.yaml").is_file():
+            cs.store(group="method", name=name, node=schema_of(name))  # a method needs no YAML of its own

@@ -15,8 +15,9 @@ A method's folder holds (what each must provide is written down as Protocols in 
     after_build(model, ctx)      before training (ctx: deepen_run.context.RunContext)
     after_train(model, ctx)      after the final evaluation (figures, tables)
   report.py    optional: what after_train records
-conf/method/<name>.yaml selects the schema (a defaults line). Adding a method: its folder, its YAML
-and one line in FOLDERS; tests/test_methods_contract.py then checks it.
+conf/method/<name>.yaml, optional, selects the schema (a defaults line) and may say more; without it
+method=<name> is the dataclass itself. Adding a method: its folder and one line in FOLDERS;
+tests/test_methods_contract.py then checks it (tests/test_add_method.py adds one that way).
 
 NAMES: every method=<name> option (methods and their presets). METHODS maps each name to its model
 module, imported on first access (METHODS["hire"] imports deepen_run.methods.hire.model, and torch
