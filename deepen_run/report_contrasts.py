@@ -87,13 +87,14 @@ def contrast(a_id: int, b_id: int, a: dict, b: dict, default: bool) -> list[dict
 
 
 def _norm(v) -> str:
-    return re.sub(r"\s+", "", str(v))
+    """Values compare without spaces ([1,2] = [1, 2]) and case (true = True, as params log a bool)."""
+    return re.sub(r"\s+", "", str(v)).lower()
 
 
 def select(spec: str, rows: list[dict], what: str) -> int:
     """A row id ("3") or settings ("method=hire importance=mean": every KEY=VALUE must hold; a key
     is a full config key or its last part(s), e.g. importance for method.importance, method for
-    method.name) -> the id of the one row that matches."""
+    method.name; setup=single or setup=multi picks by setup) -> the id of the one row that matches."""
     spec = spec.strip()
     if spec.isdigit():
         if not 1 <= int(spec) <= len(rows):
@@ -104,12 +105,15 @@ def select(spec: str, rows: list[dict], what: str) -> int:
     if bad or not terms:
         raise UserError(f"{what}: {spec!r} is neither a row id nor KEY=VALUE settings (e.g. 'method=hire importance=mean')")
 
-    def holds(term: str, cfg: dict) -> bool:
+    def holds(term: str, row: dict) -> bool:
         k, v = term.split("=", 1)
+        if k == "setup":
+            return row["setup"].startswith(_norm(v))
+        cfg = row["config"]
         keys = [c for c in cfg if c == k or c.endswith("." + k) or c == k + ".name"]
         return any(_norm(cfg[c]) == _norm(v) for c in keys)
 
-    hits = [r["id"] for r in rows if all(holds(t, r["config"]) for t in terms)]
+    hits = [r["id"] for r in rows if all(holds(t, r) for t in terms)]
     if len(hits) != 1:
         found = ", ".join(f"row {i} ({rows[i - 1]['method']} {rows[i - 1]['settings']})" for i in hits) or "none"
         raise UserError(f"{what}: {spec!r} must match exactly one row, it matches {found}; "
