@@ -131,7 +131,12 @@ def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optiona
                       "std": _stats(avgs)["std"] if avgs else None, "n": len(avgs)}
         row["n"] = max(len(v) for v in ps.values())
         rows.append(row | _sizes(members[key]))
-    picked = {keys[rc.select(b, rows, f"--baseline {b!r}") - 1] for b in baselines or []}
+    picked: set[tuple] = set()  # --baseline: the rows it names; among a row's candidates, one must remain
+    for b in baselines or []:
+        ids = rc.matches(b, rows, f"--baseline {b!r}")
+        if not ids:
+            raise UserError(f"--baseline {b!r} matches no row")
+        picked |= {keys[i - 1] for i in ids}
     for key, row in zip(keys, rows):
         base = _baseline(key, keys, picked, label)
         row["baseline"] = keys.index(base) + 1 if base is not None else None

@@ -91,15 +91,15 @@ def _norm(v) -> str:
     return re.sub(r"\s+", "", str(v)).lower()
 
 
-def select(spec: str, rows: list[dict], what: str) -> int:
-    """A row id ("3") or settings ("method=hire importance=mean": every KEY=VALUE must hold; a key
-    is a full config key or its last part(s), e.g. importance for method.importance, method for
-    method.name; setup=single or setup=multi picks by setup) -> the id of the one row that matches."""
+def matches(spec: str, rows: list[dict], what: str) -> list[int]:
+    """The ids of the rows that a row id ("3") or settings ("method=hire importance=mean": every
+    KEY=VALUE must hold; a key is a full config key or its last part(s), e.g. importance for
+    method.importance, method for method.name; setup=single or setup=multi picks by setup) name."""
     spec = spec.strip()
     if spec.isdigit():
         if not 1 <= int(spec) <= len(rows):
             raise UserError(f"{what}: no row {spec} (rows 1-{len(rows)})")
-        return int(spec)
+        return [int(spec)]
     terms = spec.split()
     bad = [t for t in terms if "=" not in t]
     if bad or not terms:
@@ -113,7 +113,12 @@ def select(spec: str, rows: list[dict], what: str) -> int:
         keys = [c for c in cfg if c == k or c.endswith("." + k) or c == k + ".name"]
         return any(_norm(cfg[c]) == _norm(v) for c in keys)
 
-    hits = [r["id"] for r in rows if all(holds(t, r) for t in terms)]
+    return [r["id"] for r in rows if all(holds(t, r) for t in terms)]
+
+
+def select(spec: str, rows: list[dict], what: str) -> int:
+    """The id of the one row that `spec` (see matches) names."""
+    hits = matches(spec, rows, what)
     if len(hits) != 1:
         found = ", ".join(f"row {i} ({rows[i - 1]['method']} {rows[i - 1]['settings']})" for i in hits) or "none"
         raise UserError(f"{what}: {spec!r} must match exactly one row, it matches {found}; "

@@ -28,6 +28,8 @@ MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch")
 SHOWN_ELSEWHERE = ("backbone.name", "method.name", "task.names", "schedule.")
 # A method's own options and layer duplication: what the baseline of a row may differ in.
 METHOD_SPECIFIC = ("method.", "backbone.duplicate_layers")
+# Where no baseline has the row's new-parameter learning-rate scale, one with another may pair with it.
+LR_RULE = "train.new_params_lr_scale"
 
 
 def is_dry(run: dict) -> bool:
@@ -99,19 +101,25 @@ def _no_duplication(d: dict) -> bool:
         d.get("method.layers", "[]") in ("[]", "None", "null", "")
 
 
-def _rest(d: dict, drop_multi: bool = False) -> dict:
+def _rest(d: dict, drop_multi: bool = False, drop_lr: bool = False) -> dict:
     return {k: v for k, v in d.items() if not k.startswith(METHOD_SPECIFIC)
-            and not (drop_multi and k.startswith(MULTI_TASK_ONLY))}
+            and not (drop_multi and k.startswith(MULTI_TASK_ONLY)) and not (drop_lr and k == LR_RULE)}
 
 
 def baseline_candidates(key: tuple, keys: list[tuple]) -> list[tuple]:
     """The rows that can be the row's baseline: method=baseline, no duplicated layers, every other
     setting equal. A multi-task row is compared with the multi-task baselines of the same tasks and
-    schedule, else with the single-task ones (every setting but the multi-task ones equal). Several
-    candidates (baselines differing in a method option, e.g. pooling) are the caller's to resolve."""
+    schedule, else with the single-task ones (every setting but the multi-task ones equal). Without
+    one at the same new-parameter learning-rate scale, one at another (a study that picks the scale
+    per method, docs/study.md). Several candidates (baselines differing in a method option, e.g.
+    pooling) are the caller's to resolve."""
     d = dict(key)
     bases = [k for k in keys if dict(k)["method.name"] == "baseline" and _no_duplication(dict(k))]
-    same = [b for b in bases if _rest(dict(b)) == _rest(d)]
-    if same or "task.names" not in d:
-        return same
-    return [b for b in bases if "task.names" not in dict(b) and _rest(dict(b), True) == _rest(d, True)]
+    for drop_lr in (False, True):
+        same = [b for b in bases if _rest(dict(b), drop_lr=drop_lr) == _rest(d, drop_lr=drop_lr)]
+        if not same and "task.names" in d:
+            same = [b for b in bases if "task.names" not in dict(b)
+                    and _rest(dict(b), True, drop_lr) == _rest(d, True, drop_lr)]
+        if same:
+            return same
+    return []

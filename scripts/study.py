@@ -15,7 +15,7 @@ After each part: deepen-report over exactly that part's sweeps (and the base par
 mean-pooling baseline the other rows pair with), with the part's named contrasts; its table in
 outputs/study-floor/<part>/. The sweep ids are kept in outputs/study-floor/sweeps.json.
 --draw-layers K: print the seeded random draw of K layers that floor_dup.yaml records.
---smoke: a tiny scale (2 steps, tiny data) for a test of the pipeline. Extra arguments go to every sweep.
+--smoke: a tiny scale (tiny data and batches, one seed) for a test of the pipeline. Extra arguments go to every sweep.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-SMOKE = ["train.max_steps=2", "data.max_train_samples=16", "data.max_eval_samples=32", "data.max_seq_length=32"]
+# Smoke: tiny data and batches, but each preset's own step counts (the matched-updates rows differ by them).
+SMOKE = ["train.batch_size=2", "data.max_train_samples=16", "data.max_eval_samples=32", "data.max_seq_length=32"]
 BASELINE = "pooling=mean"  # the baseline every floor row is paired with (--baseline)
 # Row selectors of deepen-report --contrast (deepen_run/report_contrasts.select).
 MEAN_BASE = "method=baseline pooling=mean duplicate_layers=[] max_steps=150 setup=single"
