@@ -31,6 +31,13 @@ def test_there_are_presets():
     assert {"cpu_single", "cpu_multi", "paper_single", "paper_multi", "abl_hire", "abl_duplicate", "abl_lr"} <= set(PRESETS)
 
 
+@pytest.fixture(autouse=True)
+def _probe_layers(monkeypatch):
+    """paper_single's duplicate arm reads each backbone's probe suggestion from the environment."""
+    for name in ("bert_base", "roberta_base"):
+        monkeypatch.setenv(f"DEEPEN_STUDY_DUPLICATE_{name}", "[10, 11]")
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_job_of_a_study_preset_composes_and_builds(preset, glue_dir):
     from deepen_run.backbone import load_model
@@ -103,3 +110,15 @@ def test_the_floor_study_has_every_control_on_five_seeds():
     # One learning-rate rule: the pilot tries 1 and 10 for every method it then applies to.
     assert {(c.method.name, c.train.new_params_lr_scale) for c in grids["floor_pilot"] + grids["floor_pilot_multi"]} == \
         {(m, s) for m in ("baseline", "hire", "pals") for s in (1.0, 10.0)}
+
+
+def test_gpu_presets_follow_their_papers(monkeypatch):
+    monkeypatch.setenv("DEEPEN_STUDY_DUPLICATE_roberta_base", "[9, 10]")
+    single = [c for c in compose_all(jobs("paper_single")) if OmegaConf.select(c, "backbone.duplicate_layers")]
+    assert {(c.backbone.name, tuple(c.backbone.duplicate_layers)) for c in single} == \
+        {("bert_base", (10, 11)), ("roberta_base", (9, 10))}  # each backbone's own layers
+    multi = compose_all(jobs("paper_multi"))
+    assert {tuple(c.task.names) for c in multi} == {("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")}
+    monkeypatch.delenv("DEEPEN_STUDY_DUPLICATE_roberta_base")
+    with pytest.raises(Exception, match="DEEPEN_STUDY_DUPLICATE_roberta_base"):
+        [OmegaConf.to_container(c, resolve=True) for c in compose_all(jobs("paper_single"))]
