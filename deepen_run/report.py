@@ -7,6 +7,11 @@ F1, STS-B: of Pearson and Spearman, MNLI: of -m and -mm, as in the GLUE score) a
 over the row's seeds, the average over the row's tasks, the paired difference of that average to
 the row's baseline with a 95% t interval, parameter counts and the measured training step time.
 Dry runs and unfinished runs never enter the table.
+
+Contrasts (deepen_run/report_contrasts.py): every row against its baseline and any named A:B,
+per task and on the average, paired by seed, with t intervals and Holm-adjusted p-values. Nothing
+is mixed silently: a row of several code versions (git_commit) and a seed run twice are marked in
+footnotes; --json and --seeds-csv give every per-seed value behind the numbers.
 """
 from __future__ import annotations
 
