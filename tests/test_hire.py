@@ -12,7 +12,7 @@ from deepen_run import backbone as bb
 from deepen_run.errors import UserError
 from deepen_run.glue import get_tasks
 from deepen_run.methods.hire import model as hire
-from deepen_run.model import count
+from deepen_run.model import count, pool
 from deepen_run.runner import check
 from deepen_run.train import optimizer_for
 
@@ -130,6 +130,24 @@ def test_parameter_count_matches_the_formula(k, importance, shared):
     heads = (D * 2 + 2) + (D + 1)
     assert count(model) - count(model.backbone) - count(model.heads) == per_hire * (1 if shared else len(TASKS))
     assert count(model.heads) == heads
+
+
+def test_capacity_control_is_hires_fusion_and_head_on_the_last_layer_alone():
+    # method.extractor=false: no extractor; the fusion reads M = [R; R; 2R; R*R] from the last layer,
+    # so the intermediate layers cannot change the output, and it has the fusion's parameters exactly.
+    model, _ = build("method.extractor=false")
+    mean, _ = build("method.importance=mean")
+    assert model.hire["shared"].extractor is None
+    assert count(model) == count(mean)  # importance=mean: the same fusion and head, no extractor either
+    assert count(model) - count(model.backbone) - count(model.heads) == gru_params(4 * D, D // 2, 2)
+    model.eval()
+    b = batch()
+    r = model.backbone(**b, output_hidden_states=True).hidden_states[-1]
+    mask = b["attention_mask"]
+    fused = model.hire["shared"].fuse(torch.cat([r, r, 2 * r, r * r], -1), mask.sum(1), mask)
+    assert torch.allclose(model("stsb", **b), model.heads["stsb"](pool(fused, mask, model.cfg.pool)), atol=1e-6)
+    with pytest.raises(UserError, match="method.extractor=false"):
+        check(make_cfg("method=hire", "method.extractor=false", "method.importance=mean"))
 
 
 def test_one_hire_per_task_when_not_shared():

@@ -34,6 +34,7 @@ class Config:
     pool: fusion output -> sentence vector: cls | mean | max
     importance: dynamic (the paper) | mean (uniform 1/J) | random (fixed, drawn once): an ablation
     random_seed: seed of importance=random's weights, independent of the run's seed
+    extractor: false = the capacity control: the fusion and head read the last layer alone (A = R), no extractor
     shared: one HIRE for all tasks (true) or one per task (false); heads are always per task
     dropout: head dropout; null = the backbone's hidden_dropout_prob
     report_examples: dev examples per task whose importances are recorded one by one
@@ -46,6 +47,9 @@ class Config:
     pool: Pool = Pool.cls
     importance: Importance = Importance.dynamic
     random_seed: int = 0
+    # false: the capacity control. The fusion BiGRU and head stay, but read the last layer alone
+    # (A = R, so M = [R; R; 2R; R*R]): what HIRE's extra parameters give without the other layers.
+    extractor: bool = True
     shared: bool = True
     dropout: Optional[float] = None
     report_examples: int = neutral(16)
@@ -60,5 +64,8 @@ def check_method(cfg: Config) -> None:
     if cfg.gru_layers < 1:
         raise UserError(f"method.gru_layers={cfg.gru_layers}: the fusion BiGRU needs at least 1 layer; "
                         "set method.gru_layers=1 or more (the paper uses 2)")
+    if not cfg.extractor and cfg.importance != Importance.dynamic:
+        raise UserError(f"method.extractor=false reads no intermediate layer, so method.importance={cfg.importance} "
+                        "has nothing to weigh; drop one of the two")
     if cfg.report_examples < 0:
         raise UserError(f"method.report_examples={cfg.report_examples} must be >= 0")

@@ -85,13 +85,18 @@ class Hire(nn.Module):
 
     def __init__(self, d: int, cfg: Config, fixed: Optional[torch.Tensor]):
         super().__init__()
-        # Fixed weights need no layer summaries, so those ablations skip the extractor entirely.
-        self.extractor = Extractor(d, cfg.summary) if fixed is None else None
+        # Fixed weights need no layer summaries, so those ablations skip the extractor entirely;
+        # the capacity control (extractor=false) reads no intermediate layer at all.
+        self.extractor = Extractor(d, cfg.summary) if fixed is None and cfg.extractor else None
+        self.last_only = not cfg.extractor
         if fixed is not None:
             self.register_buffer("fixed", fixed)
         self.fuse = BiGRU(4 * d, d, cfg.gru_layers)
 
     def forward(self, layers, last, mask):
+        if self.last_only:  # A = R; alpha = 0 says that no intermediate layer is read
+            a, alpha = last, last.new_zeros(last.shape[0], layers.shape[0])
+            return self.fuse(torch.cat([last, a, last + a, last * a], dim=-1), mask.sum(1), mask), alpha
         if self.extractor is not None:
             alpha = self.extractor(layers, mask)
         else:
@@ -174,4 +179,5 @@ def build(backbone, cfg: Config, tasks) -> HireClassifier:
 def after_train(model: HireClassifier, ctx) -> None:
     from deepen_run.methods.hire.report import record
 
-    record(model, ctx)
+    if model.cfg.extractor:  # the capacity control has no importances to report
+        record(model, ctx)
