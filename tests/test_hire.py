@@ -145,7 +145,7 @@ def test_capacity_control_is_hires_fusion_and_head_on_the_last_layer_alone():
     r = model.backbone(**b, output_hidden_states=True).hidden_states[-1]
     mask = b["attention_mask"]
     fused = model.hire["shared"].fuse(torch.cat([r, r, 2 * r, r * r], -1), mask.sum(1), mask)
-    assert torch.allclose(model("stsb", **b), model.heads["stsb"](pool(fused, mask, model.cfg.pool)), atol=1e-6)
+    assert torch.allclose(model("stsb", **b).logits, model.heads["stsb"](pool(fused, mask, model.cfg.pool)), atol=1e-6)
     with pytest.raises(UserError, match="method.extractor=false"):
         check(make_cfg("method=hire", "method.extractor=false", "method.importance=mean"))
 

@@ -138,7 +138,7 @@ def test_a_new_method_gets_the_lr_rule_for_exactly_its_declared_weights(toy, own
     cfg = make_cfg("backbone=tiny", "train.new_params_lr_scale=10", f"backbone.duplicate_layers={dup}")
     torch.manual_seed(0)
     backbone = bb.load_model(cfg.backbone)
-    loaded = {id(p) for p in backbone.parameters()}
+    loaded = tuple(backbone.parameters())
     added = backbone_steps.apply(backbone, cfg)
     model = toy(backbone, get_tasks(TASKS))
     new = {id(p) for p in new_parameters(model, loaded, added)}
@@ -155,7 +155,7 @@ def test_a_new_method_gets_the_lr_rule_for_exactly_its_declared_weights(toy, own
 def test_an_undeclared_new_parameter_is_an_error():
     cfg = make_cfg("backbone=tiny")
     backbone = bb.load_model(cfg.backbone)
-    loaded = {id(p) for p in backbone.parameters()}
+    loaded = tuple(backbone.parameters())
     model = OutsideGate(backbone, get_tasks(TASKS))
     model.new_parameters = lambda: list(model.heads.parameters())  # forgets its scale
     with pytest.raises(RuntimeError, match="does not declare in new_parameters.*: scale"):
