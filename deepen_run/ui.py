@@ -26,16 +26,32 @@ LAST = ["tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.
         "metrics.`params/ratio`", "metrics.`train/runtime_s`"]
 
 
-def columns(eval_keys: list[str], before: list[str] | None = None) -> list[str]:
-    """eval/score first, then every eval metric seen so far, then what tells runs apart."""
-    seen = [c for c in (before or []) if c not in FIRST + LAST]
+def columns(eval_keys: list[str], before: list[str] | None = None, swept: list[str] = ()) -> list[str]:
+    """eval/score first, then the latest sweep's swept keys (tag columns), then every eval metric
+    seen so far, then what tells runs apart."""
+    before = list(before or [])
+    if not swept:  # keep the last sweep's columns where it put them: the tags right after FIRST
+        swept = _swept_before(before)
+    swept = [c for c in swept if c not in FIRST]
+    seen = [c for c in before if c not in FIRST + LAST + swept]
     new = [f"metrics.`{k}`" for k in sorted(eval_keys) if k.startswith("eval/") and f"metrics.`{k}`" not in FIRST]
-    return FIRST + seen + [c for c in new if c not in seen] + LAST
+    last = [c for c in LAST if c not in swept]
+    return FIRST + swept + seen + [c for c in new if c not in seen] + last
 
 
-def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | None = None) -> None:
+def _swept_before(before: list[str]) -> list[str]:
+    """The tag columns a sweep put after FIRST: up to the first metric, or to the LAST columns."""
+    rest = before[len(FIRST):] if before[:len(FIRST)] == FIRST else []
+    for i, c in enumerate(rest):
+        if not c.startswith("tags.") or rest[i:] == [x for x in LAST if x not in rest[:i]]:
+            return rest[:i]
+    return rest
+
+
+def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | None = None,
+          swept: list[str] = ()) -> None:
     """Mark the experiment classic ML, add these eval metrics to its default columns, unfold `expand`
-    (a sweep's parent run)."""
+    (a sweep's parent run), put `swept` (a starting sweep's tag columns) right after eval/score."""
     exp = client.get_experiment(experiment_id)
     if exp.tags.get(KIND[0]) != KIND[1]:
         client.set_experiment_tag(experiment_id, *KIND)
@@ -44,7 +60,7 @@ def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | N
     except ValueError:
         old = {}
     expanded = dict(old.get("runsExpanded", {})) | ({expand: True} if expand else {})
-    state = {"selectedColumns": columns(list(eval_keys), old.get("selectedColumns", [])),
+    state = {"selectedColumns": columns(list(eval_keys), old.get("selectedColumns", []), list(swept)),
              "orderByKey": "attributes.start_time", "orderByAsc": False, "runsExpanded": expanded}
     if state != old:
         client.set_experiment_tag(experiment_id, VIEW_TAG, json.dumps(state))
