@@ -160,18 +160,36 @@ def figure(children: list[dict], params: dict[str, str]):
 
 # -- the note --------------------------------------------------------------------------------------
 
-def note(info: dict, children: list[dict], table_md: Optional[str], state: str) -> str:
+COMPACT = ("#", "method", "settings", "Avg", "Δ Avg vs baseline [95% CI]", "n")
+
+
+def compact(table_md: str, tasks: list[str]) -> str:
+    """The report's table cut to what the run's overview has room for: the row, its settings, each
+    task, the average, the delta to its baseline and the seeds (the same cells, fewer columns)."""
+    from deepen_run.glue import TASKS
+
+    keep = set(COMPACT) | {TASKS[t].folder for t in tasks}
+    rows = [ln for ln in table_md.splitlines() if ln.startswith("|")]
+    cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in rows]
+    idx = [i for i, h in enumerate(cells[0]) if h in keep]
+    out = ["| " + " | ".join(r[i] for i in idx) + " |" for r in cells]
+    out[1] = "|" + "---|" * len(idx)
+    return "\n".join(out)
+
+
+def note(info: dict, children: list[dict], table_md: Optional[str], state: str, tasks: list[str] = ()) -> str:
+    """The run note: a compact table first (the overview shows the note's first lines until "Show
+    more"), then the report's whole table with its footnotes."""
     n = info.get("n_jobs") or "?"
     done = sum(r["status"] == "FINISHED" for r in children)
     failed = sum(r["status"] in ("FAILED", "KILLED") for r in children)
-    lines = [f"**Sweep {info['sweep_id']}** ({state}): {done} of {n} jobs finished, {failed} failed or killed.", "",
-             f"`deepen-run -m {info['params'].get('sweep.overrides', '')}`", ""]
+    lines = [f"**Sweep {info['sweep_id']}** ({state}): {done} of {n} jobs finished, {failed} failed or killed.", ""]
     if table_md:
-        lines += [table_md, "",
-                  f"Same table: `deepen-report --sweep-id {info['sweep_id']}`. Figure: artifact `{FIGURE}`."]
+        lines += [compact(table_md, list(tasks)), "", "The whole table:", "", table_md, "", f"The same table: `deepen-report --sweep-id {info['sweep_id']}`. "
+                  f"eval/score against the swept keys: artifact `{FIGURE}`."]
     else:
-        lines.append("No finished job yet: the table appears here as jobs finish.")
-    return "\n".join(lines)
+        lines.append("No finished job yet: the results table appears here as jobs finish.")
+    return "\n".join(lines + ["", f"Command: `deepen-run -m {info['params'].get('sweep.overrides', '')}`"])
 
 
 def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
@@ -183,7 +201,7 @@ def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
     children = [r for r in runs if r["tags"].get("sweep_role") == "child"]
     table = report.build([r for r in children if r["status"] == "FINISHED"])
     md = report.to_markdown(table) if table["rows"] else None
-    tracker.set_tags({NOTE: note(info, children, md, state)})
+    tracker.set_tags({NOTE: note(info, children, md, state, table["tasks"])})
     if any(r["status"] == "FINISHED" for r in children):
         tracker.log_figure(figure(children, info["params"]), FIGURE)
     return table if table["rows"] else None
@@ -240,8 +258,8 @@ def finish(info: dict, tracker, status: str, show_table: bool) -> None:
 
 
 def compare_url(base: str, experiment_id: str, run_ids: list[str]) -> str:
-    return (f"{base}/#/compare-runs?runs={quote(json.dumps(run_ids, separators=(",", ":")))}"
-            f"&experiments={quote(json.dumps([experiment_id], separators=(",", ":")))}&workflowType=machine_learning")
+    runs, exps = (quote(json.dumps(v, separators=(",", ":"))) for v in (run_ids, [experiment_id]))
+    return f"{base}/#/compare-runs?runs={runs}&experiments={exps}&workflowType=machine_learning"
 
 
 def links(info: dict, tracker) -> str:
