@@ -185,7 +185,8 @@ def note(info: dict, children: list[dict], table_md: Optional[str], state: str, 
     failed = sum(r["status"] in ("FAILED", "KILLED") for r in children)
     lines = [f"**Sweep {info['sweep_id']}** ({state}): {done} of {n} jobs finished, {failed} failed or killed.", ""]
     if table_md:
-        lines += [compact(table_md, list(tasks)), "", "The whole table:", "", table_md, "", f"The same table: `deepen-report --sweep-id {info['sweep_id']}`. "
+        lines += [compact(table_md, list(tasks)), "", "The whole table:", "", table_md, "",
+                  f"The same table: `deepen-report --sweep-id {info['sweep_id']}`. "
                   f"eval/score against the swept keys: artifact `{FIGURE}`."]
     else:
         lines.append("No finished job yet: the results table appears here as jobs finish.")

@@ -131,7 +131,7 @@ RUN_EXAMPLES = [
     "deepen-run method=pals task.names=[mrpc,stsb,rte] schedule=annealed backbone=minilm train.max_steps=200",
     "deepen-run method=hire backbone.duplicate_layers=[2,3] task=sst2 backbone=minilm train.max_steps=100",
     "deepen-run -m hydra/launcher=joblib seed=1,2,3 task=rte backbone=minilm train.max_steps=100",
-    "deepen-run -m +arm=baseline,hire_g1,hire_g2 seed=1,2 task=rte backbone=minilm train.max_steps=100   # vs a baseline",
+    "deepen-run -m +arm=baseline,hire_g1,hire_g2 seed=1,2 task=rte backbone=minilm train.max_steps=100  # + baseline",
     "deepen-run dry_run=true method=pals task=glue    # sizes and config only, no training",
     "deepen-run task=sst2 ... (killed) ; deepen-run task=sst2 ... resume=auto   # continue where it stopped",
     "deepen-run task=sst2 --cfg job   # print the composed config and exit",
