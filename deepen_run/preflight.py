@@ -37,10 +37,10 @@ def check(cfg) -> list[TaskSpec]:
 
     bb.preflight(cfg.backbone)
     seq_length(cfg)
-    from deepen_run import duplication
+    method_checks(cfg, tasks)  # first: a method's own spelling of a step's key names itself
+    from deepen_run import backbone_steps
 
-    duplication.check(cfg)  # backbone.duplicate_layers against the depth in the config file, for every method
-    method_checks(cfg, tasks)
+    backbone_steps.check(cfg)  # e.g. backbone.duplicate_layers against the depth in the config file
     return tasks
 
 

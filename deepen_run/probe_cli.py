@@ -39,10 +39,10 @@ class ProbeSettings:
     suggest: how many layers to suggest for backbone.duplicate_layers
     progress: show progress bars
     """
-    samples: int = 256  # dev examples per task
+    samples: int = 256
     batch_size: int = 64
     mlm_probability: float = 0.15
-    suggest: int = 2  # how many layers to suggest duplicating
+    suggest: int = 2
     progress: bool = True
 
 

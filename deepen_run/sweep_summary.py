@@ -16,6 +16,7 @@ process (the basic launcher) draws its own figures with pyplot.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -169,7 +170,8 @@ def compact(table_md: str, tasks: list[str]) -> str:
     from deepen_run.glue import TASKS
 
     keep = set(COMPACT) | {TASKS[t].folder for t in tasks}
-    rows = [ln for ln in table_md.splitlines() if ln.startswith("|")]
+    lines = table_md.splitlines()
+    rows = list(itertools.takewhile(lambda ln: ln.startswith("|"), lines))  # the first table (the rows)
     cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in rows]
     idx = [i for i, h in enumerate(cells[0]) if h in keep]
     out = ["| " + " | ".join(r[i] for i in idx) + " |" for r in cells]

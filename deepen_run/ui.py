@@ -31,21 +31,21 @@ KIND = ("mlflow.experimentKind", "custom_model_development")
 VIEW = "deepen-run"  # the share key
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
 DEFAULT_UI = "http://127.0.0.1:5000"
-FIRST = ["metrics.`eval/score`"]
-LAST = ["tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
-        "metrics.`params/ratio`", "metrics.`train/runtime_s`"]
+FIRST = ("metrics.`eval/score`",)
+LAST = ("tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
+        "metrics.`params/ratio`", "metrics.`train/runtime_s`")
 
 
 def columns(eval_keys: list[str] = (), before: list[str] | None = None, swept: list[str] = ()) -> list[str]:
     """eval/score first, then the latest sweep's swept keys (tag columns), then what tells runs
     apart. eval_keys: the run's metrics, not shown by default (see the module's docstring)."""
     swept = [c for c in (list(swept) or _swept_before(list(before or []))) if c not in FIRST]
-    return FIRST + swept + [c for c in LAST if c not in swept]
+    return [*FIRST, *swept, *(c for c in LAST if c not in swept)]
 
 
 def _swept_before(before: list[str]) -> list[str]:
     """The tag columns a sweep put after FIRST: up to the first metric, or to the LAST columns."""
-    rest = before[len(FIRST):] if before[:len(FIRST)] == FIRST else []
+    rest = before[len(FIRST):] if before[:len(FIRST)] == list(FIRST) else []
     for i, c in enumerate(rest):
         if not c.startswith("tags.") or rest[i:] == [x for x in LAST if x not in rest[:i]]:
             return rest[:i]

@@ -12,7 +12,7 @@ import inspect
 import re
 import typing
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from omegaconf import MISSING, OmegaConf
 
@@ -89,7 +89,7 @@ def groups(conf: Path, primary: str) -> list[tuple[str, list[str], str | None]]:
     return out
 
 
-def render(prog: str, what: str, schema, conf: Path, primary: str, examples: list[str],
+def render(prog: str, what: str, schema, conf: Path, primary: str, examples: Sequence[str],
            extra_sections: list[tuple[str, str, list]] = ()) -> str:
     lines = [f"{prog}: {what}", "", f"Usage: {prog} [group=option ...] [key=value ...]",
              f"       {prog} -m key=a,b ...   (a sweep: one run per value, in parallel with hydra/launcher=joblib)",
@@ -116,16 +116,16 @@ def render(prog: str, what: str, schema, conf: Path, primary: str, examples: lis
 
 
 def method_sections() -> list[tuple[str, str, list]]:
-    from deepen_run.methods import NAMES, config_of  # the light config modules: no torch for --help
+    from deepen_run.methods import NAMES, schema_of  # the light config modules: no torch for --help
 
     out = []
     for name in NAMES:
-        title, doc, rows = next(sections(config_of(name).Config, "method."))
+        title, doc, rows = next(sections(schema_of(name), "method."))
         out.append((f"method={name}", doc.split(": ", 1)[-1], rows))
     return out
 
 
-RUN_EXAMPLES = [
+RUN_EXAMPLES = (
     "deepen-run task=sst2 backbone=minilm data.max_train_samples=2000 train.max_steps=60   # ~3 min on a laptop CPU",
     "deepen-run method=hire task=rte backbone=minilm train.max_steps=100 method.gru_layers=1",
     "deepen-run method=pals task.names=[mrpc,stsb,rte] schedule=annealed backbone=minilm train.max_steps=200",
@@ -135,7 +135,7 @@ RUN_EXAMPLES = [
     "deepen-run dry_run=true method=pals task=glue    # sizes and config only, no training",
     "deepen-run task=sst2 ... (killed) ; deepen-run task=sst2 ... resume=auto   # continue where it stopped",
     "deepen-run task=sst2 --cfg job   # print the composed config and exit",
-]
+)
 
 
 def run_help() -> str:

@@ -41,7 +41,7 @@ def test_a_baseline_beside_two_hire_settings_is_one_sweep_of_six_runs(arm_sweep,
     assert rows[("baseline", "-")][7] == "(baseline)"
     for g in ("1", "2"):
         delta = rows[("hire", f"gru_layers={g}")][7]
-        assert re.match(r"[+-]\d+\.\d \[.*\] \(n=2\)$", delta), delta
+        assert re.match(r"[+-]\d+\.\d( \[.*\])? \(n=2\)$", delta), delta  # no interval when the diffs agree
 
 
 @pytest.mark.slow
@@ -59,13 +59,14 @@ def test_the_parent_answers_the_sweep(arm_sweep, capsys):
     note = parent.data.tags[sweep_summary.NOTE]
     report.main(["--uri", uri, "--sweep-id", parent.data.tags["sweep_id"]])
     table = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")]
-    assert len(table) == 4 and all(ln in note for ln in table)
+    assert len(table) >= 4 and all(ln in note for ln in table)  # the rows (and the contrasts below them)
     assert note.startswith(f"**Sweep {parent.data.tags['sweep_id']}** (FINISHED): 6 of 6 jobs finished")
     # One figure among its artifacts, the report's table beside it.
     files = [a.path for top in client.list_artifacts(parent.info.run_id) if top.is_dir
              for a in client.list_artifacts(parent.info.run_id, top.path)]
     assert [f for f in files if f.endswith(".png")] == [sweep_summary.FIGURE]
     assert {"report/results.md", "report/results.csv"} <= set(files)
+    assert "the sweep's report failed" not in r.stderr and "run note was not" not in r.stderr, r.stderr[-2000:]
     # The last console lines: the compare view of all six children, then the parent.
     last = r.stdout.rstrip().splitlines()[-3:]
     assert "compare-runs?runs=" in last[0] and all(c.info.run_id in last[0] for c in children)
