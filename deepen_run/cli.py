@@ -141,8 +141,11 @@ def main() -> None:
     except (HydraException, OmegaConfBaseException) as e:
         if _started:
             raise
+        from deepen_run.preflight import typo
+
+        better = typo(str(e), sys.argv[1:])  # a key without + that the schema lacks: did you mean ...
         cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
-        fail(f"{e} {one_line(cause) if cause else ''}", 2)
+        fail(str(better) if better else f"{e} {one_line(cause) if cause else ''}", 2)
 
 
 if __name__ == "__main__":

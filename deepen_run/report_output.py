@@ -26,8 +26,8 @@ def _delta(r: dict, i: int) -> str:
     d = r["delta"]
     if r["baseline"] == i:
         return "(baseline)"
-    if d is None:
-        return "-"
+    if d is None:  # say why: the footnote tells how to get one
+        return "- (no baseline row)" if r["baseline"] is None else "- (no seed shared with its baseline)"
     ci = f" [{d['lo']:+.1f}, {d['hi']:+.1f}]" if d["lo"] is not None else ""
     return f"{d['mean']:+.1f}{ci} (n={d['n']})"
 
@@ -116,6 +116,11 @@ def _footnotes(table: dict) -> list[str]:
     for b, of in sorted(bases.items()):
         out.append(f"Baseline of row{'s' if len(of) > 1 else ''} {', '.join(map(str, of))}: row {b} "
                    f"({rows[b - 1]['method']}, {rows[b - 1]['setup']}).")
+    if any(r["baseline"] is None for r in rows):
+        out.append("Δ - (no baseline row): no method=baseline row has this row's other settings; train one in "
+                   "the same sweep with arms, e.g. deepen-run -m +arm=baseline,hire_g1,hire_g2 seed=1,2.")
+    if any(r["baseline"] not in (None, i) and r["delta"] is None for i, r in enumerate(rows, 1)):
+        out.append("Δ - (no seed shared with its baseline): run the baseline with the row's seeds.")
     if bases:
         out.append("Δ: row minus its baseline in the average over their common tasks, paired by seed "
                    "(seeds both rows have); [95% CI] is the t interval of the mean difference, n-1 degrees of freedom.")

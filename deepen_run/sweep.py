@@ -21,9 +21,9 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
+from deepen_run import sweep_summary
 from deepen_run.errors import UserError
 from deepen_run.sweep_jobs import JOBS_DIR, SWEEP_FILE, read_outcomes, watch, write_json
-from deepen_run.util import first_line as _one_line
 
 # The launching process's open sweep. Module state, not callback attributes: launchers pickle
 # the callback into every job, and a thread does not pickle.
@@ -79,7 +79,7 @@ class SweepCallback(Callback):
             print(f"deepen-run: error: {e}", file=sys.stderr)
             sys.exit(2)
         target = lambda key: str(OmegaConf.select(config, key, default="?")).rsplit(".", 1)[-1]  # noqa: E731
-        parent = tracker.start(f"sweep-{sweep_id}", {
+        parent = tracker.start(sweep_summary.parent_name(config, sweep_params(config)), {
             "sweep_id": sweep_id, "sweep_role": "parent", "sweep_dir": str(sweep_dir),
             "launcher": target("hydra.launcher._target_"), "sweeper": target("hydra.sweeper._target_")}
             # pid/host: a SIGKILLed launcher's parent is reaped like a run (lifecycle.reap_orphans)
@@ -93,6 +93,7 @@ class SweepCallback(Callback):
         stop = threading.Event()
         watcher = threading.Thread(target=watch, args=(sweep_dir, n, stop), daemon=True)
         watcher.start()
+        sweep_summary.start(info, tracker)  # the run note (results table), kept up to date
         _OPEN.update(info=info, tracker=tracker, stop=stop, watcher=watcher)
         atexit.register(_close, interrupted=True)
         if threading.current_thread() is threading.main_thread():
@@ -171,21 +172,8 @@ def _close(interrupted: bool) -> int:
     tracker.end(status)
     print(f"[sweep {info['sweep_id']}] {len(finished)}/{n} jobs FINISHED, {failed} failed; parent run "
           f"{info['parent_run_id']} {status}", flush=True)
-    if finished and not interrupted:
-        _report(info, tracker)
+    # The final note, figure and table on the parent; the table and the UI links printed last.
+    sweep_summary.finish(info, tracker, status, show_table=bool(finished) and not interrupted)
     return failed
-
-
-def _report(info: dict, tracker) -> None:
-    """The sweep's results table, printed and logged to the parent run."""
-    from deepen_run import report
-
-    try:
-        runs = report.load_runs(info["uri"], info["experiment"], {"sweep_id": info["sweep_id"]})
-        table = report.build(runs)
-        print(report.to_markdown(table), flush=True)
-        report.log_to_run(table, tracker)
-    except Exception as e:  # noqa: BLE001 (the sweep itself is recorded; a report bug must not hide that)
-        print(f"deepen-run: warning: the sweep's report failed: {_one_line(e)}", file=sys.stderr)
 
 

@@ -12,6 +12,7 @@ No trainer class and no callbacks: the loop is in fit. The method has already de
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -35,6 +36,21 @@ from deepen_run.methods import hook
 from deepen_run.model import task_loss
 from deepen_run.predict import batch_inputs
 from deepen_run.sampling import TaskSampler, epoch_length
+
+
+LONG_RUN_S = 3600  # a run the measured step rate puts past this gets a warning with ways to cut it
+TIMED_STEPS = 5  # steps timed for that estimate, after the first (which pays for warm-up)
+
+
+def long_run_warning(seconds_per_step: float, steps_left: int) -> str | None:
+    """The line a long run prints after its first steps, or None for a run of under an hour."""
+    left = seconds_per_step * steps_left
+    if left < LONG_RUN_S:
+        return None
+    h, m = divmod(round(left / 60), 60)
+    return (f"deepen-run: this run needs about {h} h {m:02d} min more at {seconds_per_step:.2f} s/step "
+            f"({steps_left:,} steps to go, evaluation not counted); to cut it, train on a subset "
+            "(data.max_train_samples=2000) or fewer steps (train.max_steps=300)")
 
 
 def optimizer_for(model: torch.nn.Module, tcfg, device_type: str, new_params) -> torch.optim.Optimizer:
@@ -160,6 +176,12 @@ def fit(r: Recipe) -> float:
                 seen += 1
                 done = step + 1
                 bar.update(1)
+                if done == r.start + 1:
+                    t_timed = time.perf_counter()
+                elif done == r.start + 1 + TIMED_STEPS and acc.is_main_process:
+                    warn = long_run_warning((time.perf_counter() - t_timed) / TIMED_STEPS, r.total - done)
+                    if warn:
+                        tqdm.write(warn, file=sys.stderr)
                 if done % tcfg.log_every == 0 or done == r.total:
                     # Averaged on the device; read back (a host sync) only at logging cadence. With several
                     # processes, the mean over all of them (every rank reaches this line at the same step).
