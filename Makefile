@@ -43,28 +43,32 @@ ui: install
 	@mkdir -p outputs
 	@$(BIN)/python -m deepen_run.ui sqlite:///$(CURDIR)/outputs/mlflow.db $(CURDIR)/outputs/mlartifacts $(UI_PORT)
 
+# ruff with the rules in pyproject.toml ([tool.ruff]): real mistakes (pyflakes, bugbear, ...), seconds.
+lint: install
+	$(BIN)/ruff check deepen_run tests scripts
+
 # Side-by-side with the Hugging Face Trainer, method overheads, length sweep (< 15 min on 2 CPU
 # cores), start-up cost; writes outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run,
 # BENCH_ARGS=--startup-only for the start-up section alone.
 bench: install
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
-# The reproduction study (conf/study/): the probe, grid A (single-task: baseline, HIRE, duplicated
-# layers) and grid B (multi-task: PALs vs a multi-task baseline) on the offline MiniLM and five GLUE
-# tasks, seeds 1-3, about 60 min on 2 idle CPU cores; then the table in outputs/study/results.{md,csv,png}.
-# STUDY_ARGS: e.g. --smoke (a tiny pipeline check) or --layers [4,5] (skip the probe).
+# The floor study (docs/study.md, conf/study/floor_*.yaml): MiniLM on SST-2 and STS-B, seeds 1-5, every
+# primary control, in parts of at most ~90 min on 2 idle cores (about 4 h in all); then the report in
+# outputs/study-floor/all/. PART=pilot|base|hire|dup|multi runs one part (pilot first), PART=sched|gru a
+# secondary one; a killed part continues when the same command runs again. STUDY_ARGS: e.g. --smoke.
 study: install
-	$(BIN)/python scripts/study.py $(STUDY_ARGS)
+	$(BIN)/python scripts/study.py $(if $(PART),--part $(PART)) $(STUDY_ARGS)
 
-# Ablations at the study's scale, one sweep each, into the same experiment (their baselines are grid A's).
+# The older ablation presets (abl_*), one sweep each; the report covers exactly these sweeps.
 study-ablations: install
-	for s in abl_hire abl_duplicate abl_lr; do $(BIN)/deepen-run -m +study=$$s $(STUDY_ARGS) || exit 1; done
-	$(BIN)/deepen-report --experiment study --tasks sst2,stsb --out outputs/study/ablations
+	$(BIN)/python scripts/study.py --part ablations $(STUDY_ARGS)
 
 # Run folders (logs, kept checkpoints) and the tokenization cache; the MLflow store
-# (outputs/mlflow.db, outputs/mlartifacts) is kept: `make clean-all` removes it too.
-clean:
-	rm -rf outputs/runs outputs/multiruns outputs/cache
+# (outputs/mlflow.db, outputs/mlartifacts) is kept: `make clean-all` removes it too, and the study's
+# and bench's outputs. Only what deepen-run wrote goes: a folder holding anything else is kept and named.
+clean: install
+	$(BIN)/python -m deepen_run.rundir outputs
 
-clean-all: clean
-	rm -rf outputs/*
+clean-all: install
+	$(BIN)/python -m deepen_run.rundir outputs --store

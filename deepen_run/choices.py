@@ -47,3 +47,9 @@ class Pooling(StrEnum):
     cls = "cls"
     mean = "mean"
     max = "max"
+
+
+class DuplicateInit(StrEnum):
+    """backbone.duplicate_init: how a layer copy enters the stack (deepen_run/duplication.py)."""
+    plain = "plain"
+    gated = "gated"

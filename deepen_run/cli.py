@@ -4,8 +4,8 @@
   own message, folded onto one line: `main` asks Hydra to raise them (HYDRA_FULL_ERROR) instead of
   printing them over several lines, and prints them itself.
 - The pre-flight (deepen_run/preflight.py) runs before torch, the model or an MLflow run.
-- A UserError before an MLflow run exists leaves only the attempt's log in its run dir: Hydra has
-  already made the dir and .hydra/ by the time the task function runs, so they are removed again.
+- A UserError before an MLflow run exists removes what the attempt created, and nothing else
+  (deepen_run/rundir.py): deepen-run deletes only files it created.
 - In a sweep, a failing job is recorded (FAILED child) and returns NaN so the other jobs go on
   (deepen_run/sweep.py).
 - Ctrl-C / SIGTERM / SIGUSR1 / SIGUSR2: the run ends KILLED with a checkpoint; exit code 128 +
@@ -38,25 +38,16 @@ def fail(msg: str, code: int, newline: bool = False) -> None:
     sys.exit(code)
 
 
+def fail_with(e: UserError) -> None:
+    fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss))
+
+
 def _log_only(msg: str) -> None:
     """Record the error in the job's log file, not on the console (stderr already has it)."""
     rec = logging.LogRecord("deepen_run", logging.ERROR, __file__, 0, msg, None, None)
     for h in logging.getLogger().handlers:
         if isinstance(h, logging.FileHandler):
             h.handle(rec)
-
-
-def _clean_failed_attempt(e: BaseException) -> None:
-    from deepen_run.checkpoint import RUN_FILE
-    from deepen_run.lifecycle import DirInUse
-    from deepen_run.resume import current_dir
-
-    here = current_dir()
-    if here is None or (here / RUN_FILE).exists() or isinstance(e, DirInUse):
-        return  # an MLflow run exists, or another live run owns the dir: its files are not ours
-    for p in here.iterdir():
-        if p.suffix != ".log":
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
 # Under `accelerate launch` / torchrun every process runs this entry point. Rank 0 keeps Hydra's
@@ -81,21 +72,22 @@ def quiet_other_ranks(argv: list[str]) -> list[str]:
 
 def _task(cfg) -> float:
     from deepen_run.lifecycle import Interrupted
+    from deepen_run.runlog import copied_to_log
     from deepen_run.sweep_jobs import current_job
 
     job = current_job()
-    if job is not None:
-        return job.run(cfg, checked_run)  # a failing job returns NaN so the sweep goes on
-    try:
-        return checked_run(cfg)
-    except UserError as e:
-        _log_only(one_line(e))
-        _clean_failed_attempt(e)
-        fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss))
-    except KeyboardInterrupt as e:
-        signum = getattr(e, "signum", 2)
-        print(f"\ndeepen-run: stopped by {Interrupted(signum)}; {_what_is_left(e)}", file=sys.stderr)
-        sys.exit(128 + signum)
+    with copied_to_log():  # the run dir's log holds what the run printed
+        if job is not None:
+            return job.run(cfg, checked_run)  # a failing job returns NaN so the sweep goes on
+        try:
+            return checked_run(cfg)
+        except UserError as e:
+            _log_only(one_line(e))
+            raise  # through Hydra: rundir.RunDirGuard removes what this attempt created, then prints it
+        except KeyboardInterrupt as e:
+            signum = getattr(e, "signum", 2)
+            print(f"\ndeepen-run: stopped by {Interrupted(signum)}; {_what_is_left(e)}", file=sys.stderr)
+            sys.exit(128 + signum)
 
 
 def _what_is_left(e: KeyboardInterrupt) -> str:
@@ -165,11 +157,16 @@ def main() -> None:
         _hydra_main()
     except KeyboardInterrupt as e:  # a sweep's job stopped by a signal (a single run exits in _task)
         sys.exit(128 + getattr(e, "signum", 2))  # its parent is closed KILLED at exit (sweep_launch)
+    except UserError as e:  # normally printed by rundir.RunDirGuard.on_run_end, before Hydra's own line
+        fail_with(e)
     except (HydraException, OmegaConfBaseException) as e:
         if _from_task(e):
             raise
+        from deepen_run.preflight import typo
+
+        better = typo(str(e), sys.argv[1:])  # a key without + that the schema lacks: did you mean ...
         cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
-        fail(f"{e} {one_line(cause) if cause else ''}", 2)
+        fail(str(better) if better else f"{e} {one_line(cause) if cause else ''}", 2)
 
 
 if __name__ == "__main__":

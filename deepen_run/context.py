@@ -1,8 +1,22 @@
-"""What a method's hooks may read about the run: built by the entry point, passed along."""
+"""What the runner hands the training recipe (Run), and what a method's hooks may read (RunContext)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
+
+
+@dataclass
+class Run:
+    """One run as the runner built it, before training: train.setup(cfg, run) takes it from here."""
+    tasks: list  # TaskSpec per task
+    model: Any  # the method's model (contract.MethodModel) on the stepped backbone
+    method: ModuleType  # the method's model module (its optional hooks)
+    new_params: tuple  # every parameter that starts from scratch: the method's and the backbone steps'
+    accelerator: Any
+    tracker: Any  # deepen_run.tracking.Tracker (no-op off the main process)
+    home: Any = None  # the run dir (checkpoints)
+    resume_home: Any = None  # a killed run's dir to continue from, or None
 
 
 @dataclass
@@ -13,6 +27,4 @@ class RunContext:
     tokenizer: Any
     tracker: Any  # deepen_run.tracking.Tracker (no-op off the main process)
     accelerator: Any
-    backbone_config: Any  # the original backbone's HF config, before any method changed it
     evaluation: Any = None  # the final evaluation (deepen_run.evaluation.Evaluation), for after_train
-    extras: dict = field(default_factory=dict)

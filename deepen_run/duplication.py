@@ -1,72 +1,71 @@
-"""Layer duplication as a step on the backbone (Kao et al. 2020, arXiv 2001.09309).
+"""Layer duplication as a step on the backbone (Kao et al. 2020, arXiv 2001.09309; docs/methods.md,
+section Layer duplication).
 
-`backbone.duplicate_layers=[2,3]` inserts an untrained copy of each listed layer (0-based) right
-after itself, once the backbone has loaded and before any method builds on it, so every method
-(baseline, hire, pals, ...) runs on the deeper encoder. An index listed twice gets two copies.
-
-method=duplicate is the baseline on such a backbone; its `method.layers` is the older spelling
-of the same list. Giving both is an error (which one did you mean?), not a concatenation.
+`backbone.duplicate_layers=[2,3]` inserts a copy of each listed layer (0-based) right after itself,
+once the backbone has loaded and before any method builds on it, so every method runs on the deeper
+encoder. An index listed twice gets two copies. `backbone.duplicate_init` says how a copy enters:
+  plain   the copy's output replaces its input, as in the paper: the deeper model computes another
+          function than the pretrained one before fine-tuning
+  gated   the copy's output is h + g * (copy(h) - h), g a learned scalar per copy starting at 0: the
+          deeper model computes exactly the pretrained function at step 0, and g is a new parameter
+          (train.new_params_lr_scale); the copies' own weights are pretrained ones (1x)
 
 Whenever layers were duplicated, record() logs `duplicate/cosine_before_finetune`: how far the
 copies moved the final hidden states before fine-tuning (deepen_run/probe.py's measure, on up to
-`backbone.cosine_samples` dev examples per task; method=duplicate's `method.cosine_samples` wins
-for that method) and the tag `duplicate.layers`; the runner logs `model/num_layers` and
-`params/duplicated` (the copies' parameters) for every run.
+`backbone.cosine_samples` dev examples per task) and the tag `duplicate.layers`; the runner logs
+`model/num_layers` and `params/duplicated` (the copies' parameters, gates included) for every run.
 """
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from deepen_run import layers as surgery
 from deepen_run.errors import UserError
 
-
-def requested(cfg) -> tuple[str, list[int]]:
-    """(the config key that asked, the indices to duplicate); the key names the culprit in errors."""
-    dup = list(cfg.backbone.get("duplicate_layers") or [])
-    legacy = list(cfg.method.get("layers") or []) if cfg.method.name == "duplicate" else []
-    if dup and legacy:
-        raise UserError(f"backbone.duplicate_layers={dup} and method.layers={legacy} both set: method=duplicate "
-                        "is the baseline on a duplicated backbone; give the layers once, as "
-                        "backbone.duplicate_layers (with any method) or method.layers (method=duplicate)")
-    return ("method.layers", legacy) if legacy else ("backbone.duplicate_layers", dup)
-
-
-def cosine_samples(cfg) -> int:
-    return cfg.method.get("cosine_samples") or cfg.backbone.get("cosine_samples", 256)
+GATE = "copy_gate"  # the parameter a gated copy carries: <layer>.copy_gate
 
 
 def check(cfg) -> None:
-    """Pre-flight, whatever the method: bad indices fail before any weights load. The depth comes
-    from the backbone's config file alone."""
-    key, indices = requested(cfg)
-    for what, n in (("backbone.cosine_samples", cfg.backbone.get("cosine_samples", 256)),
-                    ("method.cosine_samples", cfg.method.get("cosine_samples", 1))):
-        if n is not None and n <= 0:
-            raise UserError(f"{what}={n} must be positive")
-    if indices:
+    """Pre-flight: bad indices fail before any weights load. The depth comes from the backbone's
+    config file alone."""
+    b = cfg.backbone
+    if b.cosine_samples <= 0:
+        raise UserError(f"backbone.cosine_samples={b.cosine_samples} must be positive")
+    if b.duplicate_layers:
         from deepen_run.backbone import depth
 
-        surgery.check_indices(indices, depth(cfg.backbone), key)
+        surgery.check_indices(list(b.duplicate_layers), depth(b), "backbone.duplicate_layers")
 
 
-def apply(backbone, cfg) -> list[int]:
-    """Deepen a freshly loaded backbone as the config asks; returns the per-position source list
-    (also kept on the backbone, see layers.sources). Draws no random numbers, so a run's RNG
-    stream (and thus its head init and batches) is the same as before duplication moved here."""
-    key, indices = requested(cfg)
+def _gated(layer: nn.Module, args, kwargs, output):
+    """Forward hook of a gated copy: h + g * (copy(h) - h), h the copy's input. Registered first
+    (prepend), so whatever else reads the layer's output (transformers' hidden_states) reads this."""
+    h = args[0] if args else kwargs["hidden_states"]
+    g = getattr(layer, GATE)
+    if isinstance(output, tuple):
+        return (h + g * (output[0] - h), *output[1:])
+    return h + g * (output - h)
+
+
+def apply(backbone, cfg) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """Deepen a freshly loaded backbone as the config asks. -> (the copies' parameters, the new
+    ones: the gates). Draws no random numbers, so a run's RNG stream (and thus its head init and
+    batches) is the same with and without duplication."""
+    indices = list(cfg.backbone.duplicate_layers or [])
     if not indices:
-        return surgery.sources(backbone)
-    return surgery.duplicate(backbone, indices, key)
-
-
-def load(cfg):
-    """The backbone of a run: loaded, then deepened. Anything that builds a run's model uses this."""
-    from deepen_run import backbone as bb
-
-    backbone = bb.load_model(cfg.backbone)
-    apply(backbone, cfg)
-    return backbone
+        return [], []
+    src = surgery.duplicate(backbone, indices, "backbone.duplicate_layers")
+    layers = surgery.encoder_layers(backbone)
+    copies = [layers[p] for p in range(len(src)) if p not in set(surgery.original_positions(src))]
+    gates = []
+    if cfg.backbone.duplicate_init == "gated":
+        for layer in copies:
+            layer.register_parameter(GATE, nn.Parameter(torch.zeros(())))
+            layer.register_forward_hook(_gated, with_kwargs=True, prepend=True)
+            gates.append(getattr(layer, GATE))
+    gate_ids = {id(g) for g in gates}
+    return [p for layer in copies for p in layer.parameters() if id(p) not in gate_ids], gates
 
 
 def duplicated(backbone) -> bool:
@@ -81,7 +80,7 @@ def record(backbone, ctx) -> None:
         return
     from deepen_run import probe
 
-    cfg, n = ctx.cfg, cosine_samples(ctx.cfg)
+    cfg, n = ctx.cfg, ctx.cfg.backbone.cosine_samples
     sets = []
     for d in ctx.data.values():
         dev = next(iter(d.dev.values()))
@@ -94,10 +93,10 @@ def record(backbone, ctx) -> None:
         ref = probe.final_hidden(backbone, batches)
     cos = probe.mean_cosine(ref, probe.final_hidden(backbone, batches), batches)
     backbone.train(was_training)
-    layers = requested(cfg)[1]
+    layers = list(cfg.backbone.duplicate_layers)
     depth = backbone.config.num_hidden_layers
     # model/num_layers is in the runner's params/* sizes, logged for every run.
     ctx.tracker.log_metrics({"duplicate/cosine_before_finetune": cos}, 0)
     ctx.tracker.set_tags({"duplicate.layers": str(layers)})
-    ctx.accelerator.print(f"duplicate: layers {layers} -> {depth} layers; "
+    ctx.accelerator.print(f"duplicate: layers {layers} ({cfg.backbone.duplicate_init}) -> {depth} layers; "
                           f"cosine to the original before fine-tuning {cos:.4f}")

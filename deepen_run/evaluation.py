@@ -1,8 +1,8 @@
 """Evaluation on the dev sets: one pass per eval set through the shared prediction loop (predict.py),
 the official GLUE metrics and eval/score, a warning for an undefined metric, and the end-of-run record.
 
-The pass also keeps what a method's model hands out besides its logits (its optional
-`eval_extras()` hook, e.g. HIRE's per-example layer importances), so a method's end-of-run report
+The pass also keeps what a method's model hands out besides its logits (Output.extras, e.g.
+HIRE's per-example layer importances), so a method's end-of-run report
 reads the final evaluation instead of running the dev sets through the model a second time.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Evaluation:
     results: dict  # {metric: value}
     preds: dict  # predictions
     refs: dict  # labels
-    extras: dict  # {key: [one tensor per batch]}: what the model's eval_extras() gave (none: {})
+    extras: dict  # {key: [one tensor per batch]}: the model's Output.extras (none: {})
 
 
 @torch.no_grad()

@@ -4,7 +4,8 @@ Label ids follow the Hub's nyu-mll/glue so both data sources give identical data
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Optional
 
 
@@ -41,7 +42,7 @@ def _spec(name, folder, a, b, labels, metrics, tsv_cols, **kw) -> TaskSpec:
 
 
 ENTAIL2 = ("entailment", "not_entailment")
-TASKS: dict[str, TaskSpec] = {
+TASKS: MappingProxyType = MappingProxyType({
     s.name: s
     for s in [
         _spec("cola", "CoLA", "sentence", None, ("unacceptable", "acceptable"),
@@ -68,10 +69,10 @@ TASKS: dict[str, TaskSpec] = {
         _spec("wnli", "WNLI", "sentence1", "sentence2", ("not_entailment", "entailment"),
               ["accuracy"], ("sentence1", "sentence2", "label")),
     ]
-}
+})
 
 # The eight tasks of the PALs paper (GLUE without WNLI).
-GLUE_TASKS = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
+GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
 
 
 def get_tasks(names) -> list[TaskSpec]:

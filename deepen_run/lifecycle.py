@@ -176,23 +176,38 @@ LOCK = ".lock"
 class DirInUse(UserError):
     """Another live process holds this run dir (its files must not be touched)."""
 
+    @classmethod
+    def for_dir(cls, folder: Path) -> "DirInUse":
+        try:
+            holder = (folder / LOCK).read_text().strip() or "?"
+        except OSError:
+            holder = "?"
+        return cls(f"run dir {folder} is in use by another run (pid host: {holder}); one run dir holds one "
+                   "run: pass another hydra.run.dir, or wait for that run to end")
+
 
 @contextmanager
 def run_dir_lock(folder: Path):
     """One run dir holds one run: an exclusive flock on <dir>/.lock for the run's life. The kernel
-    drops it when the process dies, however it dies, so a stale lock never blocks a resume."""
+    drops it when the process dies, however it dies, so a stale lock never blocks a resume. The file
+    is removed when the run ends; a process that locked a file already unlinked by its holder would
+    hold nothing, so a lock counts only while the path still names the locked file."""
     import fcntl
 
     folder.mkdir(parents=True, exist_ok=True)
-    f = open(folder / LOCK, "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "?"
-        f.close()
-        raise DirInUse(f"run dir {folder} is in use by another run (pid host: {holder}); one run dir holds one "
-                       "run: pass another hydra.run.dir, or wait for that run to end") from None
+    while True:
+        f = open(folder / LOCK, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise DirInUse.for_dir(folder) from None
+        try:
+            if os.stat(folder / LOCK).st_ino == os.fstat(f.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        f.close()  # the holder removed it as we locked: take the new one
     try:
         f.seek(0)
         f.truncate()
@@ -200,6 +215,10 @@ def run_dir_lock(folder: Path):
         f.flush()
         yield
     finally:
+        try:
+            os.unlink(folder / LOCK)  # while still held: no other process can hold it yet
+        except FileNotFoundError:
+            pass
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
 
@@ -208,9 +227,11 @@ def in_use(folder: Path) -> bool:
     """Is a live process holding this run dir's lock (so resume must not pick it)?"""
     import fcntl
 
-    if not (folder / LOCK).is_file():
+    try:
+        f = open(folder / LOCK)
+    except (FileNotFoundError, IsADirectoryError):
         return False
-    with open(folder / LOCK) as f:
+    with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from deepen_run.glue import TaskSpec
+from deepen_run.methods.contract import Output
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
@@ -51,8 +52,12 @@ class EncoderClassifier(nn.Module):
             return out.pooler_output
         return pool(out.last_hidden_state, attention_mask, self.pooling)
 
-    def forward(self, task: str, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        return self.heads[task](self.encode(task, input_ids, attention_mask, token_type_ids))
+    def forward(self, task: str, input_ids, attention_mask, token_type_ids=None) -> Output:
+        return Output(self.heads[task](self.encode(task, input_ids, attention_mask, token_type_ids)))
+
+    def new_parameters(self) -> list[nn.Parameter]:
+        """The heads; a subclass adds what it builds (contract.MethodModel.new_parameters)."""
+        return list(self.heads.parameters())
 
 
 def task_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool) -> torch.Tensor:
@@ -67,9 +72,25 @@ def count(module: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in seen.values())
 
 
+def new_parameters(model: nn.Module, loaded, added) -> tuple:
+    """What starts from scratch (trained at train.new_params_lr_scale x lr): the method's declaration
+    (contract.MethodModel.new_parameters) and the backbone steps' new weights (backbone_steps.Added).
+    loaded: the parameters the backbone was loaded with (the tensors, not their ids: a module a method
+    replaces is freed, and a new tensor may reuse a freed id). Every parameter must be loaded, a
+    step's, or declared by the method: one built but not declared would silently train at the
+    pretrained rate, so it is an error (naming it) instead."""
+    new = (*model.new_parameters(), *added.new)
+    known = {id(p) for p in (*loaded, *new, *added.copied)}
+    undeclared = [n for n, p in model.named_parameters() if id(p) not in known]
+    if undeclared:
+        raise RuntimeError(f"{type(model).__name__} built parameters it does not declare in new_parameters(): "
+                           f"{', '.join(undeclared[:5])}{' ...' if len(undeclared) > 5 else ''}")
+    return new
+
+
 def param_report(model: nn.Module, backbone_params: int, duplicated: int = 0) -> dict[str, float]:
     """Sizes for params/*, which add up to params/total: backbone = the pretrained backbone as
-    loaded, duplicated = the layer copies (backbone.duplicate_layers / method=duplicate), method =
+    loaded, duplicated = the layer copies (backbone.duplicate_layers, gates included), method =
     what the method added on top of the (deepened) backbone, heads. ratio = total / backbone."""
     total = count(model)
     heads = count(model.heads) if hasattr(model, "heads") else 0

@@ -20,19 +20,19 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
 
     Class ids for classification, float scores for regression. The caller sets eval/train mode.
     desc: a progress bar (rank 0 only) with this label.
-    extras: a dict to fill, if the model has the optional hook `eval_extras()` (-> {key: tensor whose
-    first dim is the batch}, read after each forward): key -> one gathered CPU tensor per batch.
+    extras: a dict to fill with the model's Output.extras (methods/contract.py; tensors whose first dim
+    is the batch): key -> one gathered CPU tensor per batch.
     """
     from tqdm.auto import tqdm
 
     from deepen_run.progress import interactive
 
-    hook = getattr(accelerator.unwrap_model(model), "eval_extras", None) if extras is not None else None
     outs, refs = [], []
     quiet = desc is None or not accelerator.is_main_process or not interactive()  # no \r bars in a log file
     bar = tqdm(loader, desc=desc, leave=False, dynamic_ncols=True, disable=quiet)
     for batch in bar:
-        logits = model(spec.name, **batch_inputs(batch))
+        out = model(spec.name, **batch_inputs(batch))
+        logits = out.logits
         p = logits.squeeze(-1).float() if spec.is_regression else logits.argmax(-1)
         if labels:
             p, r = accelerator.gather_for_metrics((p, batch["labels"]))
@@ -40,6 +40,6 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
         else:
             p = accelerator.gather_for_metrics(p)
         outs.append(p.cpu())
-        for key, value in (hook() if hook is not None else {}).items():
+        for key, value in (out.extras.items() if extras is not None else ()):
             extras.setdefault(key, []).append(accelerator.gather_for_metrics(value).cpu())
     return (torch.cat(outs).tolist() if outs else []), (torch.cat(refs).tolist() if refs else [])

@@ -37,10 +37,10 @@ def check(cfg) -> list[TaskSpec]:
 
     bb.preflight(cfg.backbone)
     seq_length(cfg)
-    from deepen_run import duplication
+    method_checks(cfg, tasks)  # first: a method's own spelling of a step's key names itself
+    from deepen_run import backbone_steps
 
-    duplication.check(cfg)  # backbone.duplicate_layers against the depth in the config file, for every method
-    method_checks(cfg, tasks)
+    backbone_steps.check(cfg)  # e.g. backbone.duplicate_layers against the depth in the config file
     return tasks
 
 
@@ -67,15 +67,57 @@ def schema_keys(cfg) -> None:
         known = [f.name for f in dataclasses.fields(kind)] if dataclasses.is_dataclass(kind) else None
         for key in node.keys():
             if known is not None and key not in known:
-                near = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
-                hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
-                raise UserError(f"unknown config key {prefix}{key}{hint}: {prefix.rstrip('.') or 'the config'} "
-                                f"has only {', '.join(known)}; a leading + does not add keys to the schema")
+                raise unknown_key(prefix, str(key), known)
             child = node._get_node(key)
             if isinstance(child, DictConfig) and not child._is_none():
                 walk(child, f"{prefix}{key}.")
 
     walk(cfg, "")
+
+
+def unknown_key(prefix: str, key: str, known: list[str]) -> UserError:
+    near = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+    hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
+    return UserError(f"unknown config key {prefix}{key}{hint}: {prefix.rstrip('.') or 'the config'} "
+                     f"has only {', '.join(known)}; a leading + does not add keys to the schema")
+
+
+def typo(message: str, overrides: list[str], methods_swept: bool = False) -> UserError | None:
+    """Hydra's error for a key given without + that the schema lacks ("Could not override
+    'method.gru_layer'. To append to your config use +method.gru_layer=1", which points the wrong
+    way) as the same unknown-key error, with its nearest key, that the + spelling gets. The key's
+    node comes from the config composed with the command's group choices alone (first value of a
+    swept one); None when the message is another error or the node is not found."""
+    import re
+
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from deepen_run.config import ROOT
+
+    m = re.search(r"Could not override '([^']+)'", message)
+    if not m:
+        return None
+    path, _, key = m[1].rpartition(".")
+    groups = [f"{k}={v.split(',')[0]}" for k, _, v in (o.partition("=") for o in overrides)
+              if (ROOT / "conf" / k.lstrip("+~")).is_dir()]
+    try:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+            cfg = compose(config_name="config", overrides=groups)
+        kind = OmegaConf.get_type(OmegaConf.select(cfg, path) if path else cfg)
+    except Exception:  # noqa: BLE001 (no better message than Hydra's, then)
+        return None
+    if not dataclasses.is_dataclass(kind):
+        return None
+    err = unknown_key(f"{path}." if path else "", key, [f.name for f in dataclasses.fields(kind)])
+    methods_swept = methods_swept or any(o.lstrip("+~").startswith("method=") and "," in o for o in overrides)
+    if path == "method" and methods_swept:
+        # `method=baseline,hire method.gru_layers=1,2`: the baseline has no gru_layers
+        err = UserError(f"{err}; to sweep methods with their own options, sweep presets: "
+                        "+arm=baseline,hire_g1,hire_g2 (conf/arm/)")
+    return err
 
 
 def numbers(cfg) -> None:

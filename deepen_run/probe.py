@@ -114,7 +114,7 @@ def _sweep(backbone: nn.Module, call, batches: list[dict], desc: str, progress: 
                 removed = call(b)
             yield i, "removed", bi, removed
             seen = []
-            hook = layers[i].register_forward_hook(lambda m, args, out: seen.append(out))
+            hook = layers[i].register_forward_hook(lambda m, args, out, seen=seen: seen.append(out))
             try:
                 with layer_stack(backbone, head + [layers[i]] + layers[i:]):
                     duplicated = call(b)

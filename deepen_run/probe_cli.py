@@ -36,13 +36,13 @@ class ProbeSettings:
     samples: dev examples per task
     batch_size: examples per forward pass
     mlm_probability: tokens masked for the MLM reconstruction accuracy (if the head exists)
-    suggest: how many layers to suggest for method.layers
+    suggest: how many layers to suggest for backbone.duplicate_layers
     progress: show progress bars
     """
-    samples: int = 256  # dev examples per task
+    samples: int = 256
     batch_size: int = 64
     mlm_probability: float = 0.15
-    suggest: int = 2  # how many layers to suggest duplicating
+    suggest: int = 2
     progress: bool = True
 
 

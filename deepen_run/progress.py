@@ -51,6 +51,9 @@ class PlainProgress:
         if self.n >= self.total or self.n - self.printed >= self.every or now - self.last_t >= PLAIN_EVERY_S:
             self._line(now)
 
+    def write(self, s: str, file=None) -> None:
+        print(s, file=file or sys.stderr, flush=True)
+
     def set_postfix(self, **kw) -> None:
         self.postfix.update({k: str(v) for k, v in kw.items()})
 

@@ -7,6 +7,11 @@ F1, STS-B: of Pearson and Spearman, MNLI: of -m and -mm, as in the GLUE score) a
 over the row's seeds, the average over the row's tasks, the paired difference of that average to
 the row's baseline with a 95% t interval, parameter counts and the measured training step time.
 Dry runs and unfinished runs never enter the table.
+
+Contrasts (deepen_run/report_contrasts.py): every row against its baseline and any named A:B,
+per task and on the average, paired by seed, with t intervals and Holm-adjusted p-values. Nothing
+is mixed silently: a row of several code versions (git_commit) and a seed run twice are marked in
+footnotes; --json and --seeds-csv give every per-seed value behind the numbers.
 """
 from __future__ import annotations
 
@@ -16,15 +21,18 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from types import MappingProxyType
 from typing import Optional
 
+from deepen_run import report_contrasts as rc
 from deepen_run import report_rows as rr
 from deepen_run.errors import UserError
 from deepen_run.glue import TASKS
-from deepen_run.report_output import to_csv, to_markdown  # noqa: F401 (part of this module's API)
+from deepen_run.methods import REFERENCE
+from deepen_run.report_output import seeds_csv, to_csv, to_markdown  # noqa: F401 (part of this module's API)
 
-SIZES = {"params_total": "params/total", "params_trainable": "params/trainable", "x_backbone": "params/ratio",
-         "step_time_s": "train/step_time_s"}
+SIZES = MappingProxyType({"params_total": "params/total", "params_trainable": "params/trainable",
+                          "x_backbone": "params/ratio", "step_time_s": "train/step_time_s"})
 
 
 def task_value(metrics: dict[str, float], task: str) -> Optional[float]:
@@ -40,29 +48,36 @@ def _stats(vals: list[float]) -> dict:
             "n": len(vals)}
 
 
-def _seed_avgs(per_task: dict[str, list[tuple[str, float]]], tasks: list[str]) -> dict[str, float]:
-    """The average over `tasks` for every seed that has them all (several runs of a seed: their mean)."""
-    by_seed = [{s: statistics.fmean(v for s2, v in per_task[t] if s2 == s) for s, _ in per_task[t]} for t in tasks]
-    seeds = set.intersection(*(set(d) for d in by_seed)) if by_seed else set()
-    return {s: statistics.fmean(d[s] for d in by_seed) for s in seeds}
-
-
-def paired_delta(row: dict[str, list], base: dict[str, list]) -> Optional[dict]:
-    """Row minus baseline in the average over their common tasks, paired by seed: the mean of the
-    per-seed differences with a 95% t interval (n-1 degrees of freedom); None without a common
-    seed, no interval with one."""
-    from scipy import stats
-
+def paired_delta(row: dict[str, dict], base: dict[str, dict]) -> Optional[dict]:
+    """Row minus baseline in the average over their common tasks, paired by seed (per_seed dicts):
+    the mean of the per-seed differences with a 95% t interval (n-1 degrees of freedom); None
+    without a common seed, no interval with one."""
     tasks = [t for t in row if t in base]
-    a, b = _seed_avgs(row, tasks), _seed_avgs(base, tasks)
-    diffs = [a[s] - b[s] for s in sorted(set(a) & set(b))]
-    if not diffs:
-        return None
-    mean = statistics.fmean(diffs)
-    if len(diffs) < 2:
-        return {"mean": mean, "lo": None, "hi": None, "n": 1}
-    half = stats.t.ppf(0.975, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
-    return {"mean": mean, "lo": mean - half, "hi": mean + half, "n": len(diffs)}
+    d = rc.paired(rc.seed_avgs(row, tasks), rc.seed_avgs(base, tasks))
+    return None if d is None else {k: d[k] for k in ("mean", "lo", "hi", "n")}
+
+
+def _commits(runs: list[dict]) -> dict[str, list[str]]:
+    """git_commit tag -> the seeds run at it (runs logged without the tag: "unrecorded")."""
+    out: dict[str, set[str]] = {}
+    for r in runs:
+        out.setdefault(r["tags"].get("git_commit", "unrecorded"), set()).add(str(r["tags"].get("seed", r["run_id"])))
+    return {c: sorted(s, key=rc.seed_order) for c, s in sorted(out.items())}
+
+
+def _baseline(key: tuple, keys: list[tuple], picked: set[tuple], label: dict) -> Optional[tuple]:
+    """The row's baseline: itself when it is one; the one candidate; else the one picked by --baseline."""
+    cands = rr.baseline_candidates(key, keys)
+    if key in cands or not cands:
+        return key if key in cands else None
+    chosen = [c for c in cands if c in picked] if len(cands) > 1 else cands
+    if len(chosen) == 1:
+        return chosen[0]
+    d = dict(key)
+    names = ", ".join(f"row {keys.index(c) + 1} ({label[c]})" for c in cands)
+    raise UserError(f"row {keys.index(key) + 1} ({d['method.name']}, {rr.setup(key)}, {label[key]}) has "
+                    f"{len(cands)} candidate baselines: {names}; pick one with --baseline ROW or --baseline "
+                    f"'KEY=VALUE ...' (e.g. --baseline {keys.index(cands[0]) + 1} or --baseline '{label[cands[0]]}')")
 
 
 def _sizes(runs: list[dict]) -> dict:
@@ -81,12 +96,17 @@ def _sizes(runs: list[dict]) -> dict:
     return out
 
 
-def build(runs: list[dict], only: Optional[list[str]] = None) -> dict:
-    """runs: tracking.find_runs dicts; only: these tasks' columns (and average, delta) alone. Returns
-    {"tasks": [...], "rows": [...]}; a row has backbone, method, setup, settings (its label), per task
-    and "avg" {"mean", "std", "n"} or None, "delta" (vs its baseline) and "baseline" (that row's
-    index, 1-based), the sizes, and "n" (seeds)."""
-    groups: dict[tuple, dict[str, list[tuple[str, float]]]] = {}  # key -> task -> [(seed, value)]
+def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optional[list[str]] = None,
+          baselines: Optional[list[str]] = None, default_contrasts: bool = True) -> dict:
+    """runs: tracking.find_runs dicts; only: these tasks' columns (and average, delta) alone;
+    contrasts: "A:B" specs (report_contrasts.parse) on top of every row vs its baseline (unless
+    default_contrasts=False); baselines: --baseline specs, which pick among several candidates.
+    Returns {"tasks": [...], "rows": [...], "contrasts": [...]}; a row has id (1-based), backbone,
+    method, setup, settings (its label), config (its full settings), per task and "avg" {"mean",
+    "std", "n"} or None, per_seed {task: {seed: value}}, "delta" (vs its baseline) and "baseline"
+    (that row's id), commits {git_commit: seeds}, repeats (seeds run more than once), the sizes and
+    "n" (seeds)."""
+    groups: dict[tuple, dict[str, list[tuple[str, float, dict]]]] = {}  # key -> task -> [(seed, value, run)]
     members: dict[tuple, list[dict]] = {}
     for r in runs:
         tags = r["tags"]
@@ -96,30 +116,49 @@ def build(runs: list[dict], only: Optional[list[str]] = None) -> dict:
         for t in rr.tasks_of(r):
             v = task_value(r["metrics"], t) if t in TASKS and (only is None or t in only) else None
             if v is not None:
-                groups.setdefault(key, {}).setdefault(t, []).append((tags.get("seed", r["run_id"]), v))
+                groups.setdefault(key, {}).setdefault(t, []).append((tags.get("seed", r["run_id"]), v, r))
                 if r not in members.setdefault(key, []):
                     members[key].append(r)
     order = [t for t in TASKS if any(t in g for g in groups.values())]
-    keys = sorted(groups, key=lambda k: (rr.setup(k) != "single-task", dict(k)["method.name"] != "baseline", k))
+    keys = sorted(groups, key=lambda k: (rr.setup(k) != "single-task", dict(k)["method.name"] != REFERENCE, k))
     label = rr.labels(keys)
     rows = []
-    for key in keys:
-        per_task, d = groups[key], dict(key)
-        row = {"backbone": d["backbone.name"], "method": d["method.name"], "setup": rr.setup(key),
-               "settings": label[key]}
+    for i, key in enumerate(keys, 1):
+        d = dict(key)
+        ps, repeats = rc.per_seed({t: groups[key][t] for t in order if t in groups[key]})
+        row = {"id": i, "backbone": d["backbone.name"], "method": d["method.name"], "setup": rr.setup(key),
+               "settings": label[key], "config": d, "per_seed": ps, "repeats": repeats,
+               "commits": _commits(members[key])}
         for t in order:
             # One value a seed (a seed run by two sweeps counts once), so n and the std are over seeds.
-            row[t] = _stats(list(_seed_avgs(per_task, [t]).values())) if t in per_task else None
+            row[t] = _stats(list(ps[t].values())) if t in ps else None
         # The average's spread is over the seeds that have every task of the row.
-        per_seed = list(_seed_avgs(per_task, list(per_task)).values())
-        row["avg"] = {"mean": statistics.fmean(row[t]["mean"] for t in per_task),
-                      "std": _stats(per_seed)["std"] if per_seed else None, "n": len(per_seed)}
-        row["n"] = max(len({seed for seed, _ in v}) for v in per_task.values())
-        base = rr.baseline_of(key, keys)
-        row["baseline"] = keys.index(base) + 1 if base is not None else None
-        row["delta"] = paired_delta(per_task, groups[base]) if base is not None and base != key else None
+        avgs = list(rc.seed_avgs(ps, list(ps)).values())
+        row["avg"] = {"mean": statistics.fmean(row[t]["mean"] for t in ps),
+                      "std": _stats(avgs)["std"] if avgs else None, "n": len(avgs)}
+        row["n"] = max(len(v) for v in ps.values())
         rows.append(row | _sizes(members[key]))
-    return {"tasks": order, "rows": rows}
+    picked: set[tuple] = set()  # --baseline: the rows it names; among a row's candidates, one must remain
+    for b in baselines or []:
+        ids = rc.matches(b, rows, f"--baseline {b!r}")
+        if not ids:
+            raise UserError(f"--baseline {b!r} matches no row")
+        picked |= {keys[i - 1] for i in ids}
+    for key, row in zip(keys, rows):
+        base = _baseline(key, keys, picked, label)
+        row["baseline"] = keys.index(base) + 1 if base is not None else None
+        row["delta"] = paired_delta(row["per_seed"], rows[row["baseline"] - 1]["per_seed"]) \
+            if base is not None and base != key else None
+    return {"tasks": order, "rows": rows, "contrasts": rc.compute(rows, contrasts or [], default_contrasts)}
+
+
+def to_json(table: dict) -> str:
+    """The rows' per-seed values and the contrasts: every number of the report, to check by hand."""
+    import json
+
+    drop = ("delta", "avg", *table["tasks"])  # derived from per_seed: recomputable, so left out
+    rows = [{k: v for k, v in r.items() if k not in drop} for r in table["rows"]]
+    return json.dumps({"tasks": table["tasks"], "rows": rows, "contrasts": table["contrasts"]}, indent=1) + "\n"
 
 
 def load_runs(uri: str, experiment: str, tags: dict[str, str]) -> list[dict]:
@@ -175,6 +214,8 @@ EXAMPLES = """Examples:
   deepen-report --sweep-id <id> --out outputs/report   one sweep (its id is printed at the sweep's end)
   deepen-report --tag method=hire --tag task=rte  only runs with these tags
   deepen-report --sweep-id <a> --sweep-id <b> --tasks sst2,stsb   two grids, compared on the tasks both ran
+  deepen-report --contrast 'importance=dynamic:importance=mean' --baseline 'pooling=mean'   an arm-vs-arm contrast
+  deepen-report --json --seeds-csv seeds.csv     every per-seed value and contrast, for checking by hand
 """
 
 
@@ -192,6 +233,17 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag (repeatable)")
     p.add_argument("--tasks", help="only these tasks' columns, comma-separated (e.g. sst2,stsb): rows that ran "
                    "different task sets then average and pair over the same tasks")
+    p.add_argument("--contrast", action="append", default=[], metavar="A:B",
+                   help="also compare row A with row B (a - b, per task and on the average, paired by seed); A and B: "
+                   "a row id or KEY=VALUE settings that match one row, e.g. '3:1' or 'importance=dynamic:importance=mean' "
+                   "(repeatable)")
+    p.add_argument("--only-contrasts", action="store_true",
+                   help="only the --contrast ones, not every row vs its baseline (the Holm family is then just those)")
+    p.add_argument("--baseline", action="append", default=[], metavar="ROW|KEY=VALUE",
+                   help="the baseline where several rows could be one (e.g. --baseline 'pooling=mean'); repeatable")
+    p.add_argument("--json", action="store_true", help="print the rows' per-seed values and the contrasts as JSON "
+                   "instead of the table")
+    p.add_argument("--seeds-csv", type=Path, metavar="FILE", help="write one line per (row, task, seed) to FILE")
     p.add_argument("--out", type=Path, help="write results.md, results.csv and results.png here")
     p.add_argument("--log-to-parent", action="store_true", help="log them under report/ of each sweep's parent run")
     a = p.parse_args(argv)
@@ -202,18 +254,25 @@ def main(argv: Optional[list[str]] = None) -> None:
         only = _parse_tasks(a.tasks) if a.tasks else None
         runs = [r for sid in a.sweep_id for r in load_runs(a.uri, a.experiment, tags | {"sweep_id": sid})] \
             if a.sweep_id else load_runs(a.uri, a.experiment, tags)
-        table = build(runs, only)
+        if a.only_contrasts and not a.contrast:
+            raise UserError("--only-contrasts needs at least one --contrast A:B")
+        table = build(runs, only, a.contrast, a.baseline, not a.only_contrasts)
         if not table["rows"]:
             raise UserError(f"no FINISHED runs with evaluated GLUE tasks in experiment {a.experiment!r} "
                             f"matching {tags or 'any tags'}{' in sweeps ' + ', '.join(a.sweep_id) if a.sweep_id else ''}"
                             f" ({a.uri})")
-        print(to_markdown(table), end="")
+        info = sys.stderr if a.json else sys.stdout  # --json: stdout is the JSON alone
+        print(to_json(table) if a.json else to_markdown(table), end="")
+        if a.seeds_csv:
+            a.seeds_csv.parent.mkdir(parents=True, exist_ok=True)
+            a.seeds_csv.write_text(seeds_csv(table))
+            print(f"wrote {a.seeds_csv}", file=info)
         from deepen_run.report_missing import missing_lines
 
         for line in (ln for sid in a.sweep_id for ln in missing_lines(a.uri, a.experiment, sid)):
-            print(line)
+            print(line, file=info)
         if a.out:
-            print(f"wrote {', '.join(str(f) for f in write(table, a.out))}")
+            print(f"wrote {', '.join(str(f) for f in write(table, a.out))}", file=info)
         if a.log_to_parent:
             from deepen_run.tracking import Tracker, find_runs
 
@@ -222,7 +281,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 if not parents:
                     raise UserError(f"sweep {sid} has no parent run in {a.experiment!r}")
                 log_to_run(table, Tracker(a.uri, a.experiment).attach(parents[0]["run_id"]))
-                print(f"logged report/ to parent run {parents[0]['run_id']} (sweep {sid})")
+                print(f"logged report/ to parent run {parents[0]['run_id']} (sweep {sid})", file=info)
     except UserError as e:
         print(f"deepen-report: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -3,7 +3,9 @@
 Runs are averaged together only when they share every setting except the seed: the key is the
 run's logged config (MLflow params) minus the seed and what does not change the result (where
 things are stored, logging and checkpoint cadence, dry_run/predict). A 60-step and a 5-step run
-therefore never share a row; the differing setting shows in both rows' labels.
+therefore never share a row; the differing setting shows in both rows' labels. The paths that choose
+the model or the data (backbone.path, data.glue_dir) are settings: another checkpoint or another copy
+of GLUE is another experiment, so those runs never merge into one row.
 
 Single-task runs of different tasks with otherwise equal settings form one row (tasks are the
 table's columns): for them the task list, the schedule and the multi-task epoch length are left out
@@ -12,19 +14,25 @@ of the key (a schedule only matters when tasks share the encoder). Multi-task ru
 from __future__ import annotations
 
 import re
-from typing import Optional
 
-# Never part of the key: identity of the run, where things live, bookkeeping that cannot change a score.
-IGNORED = {"seed", "resume", "predict", "dry_run", "data.glue_dir", "data.cache_dir", "data.num_workers",
-           "train.log_every", "train.save_every", "train.save_total_limit", "train.save_best"}
-IGNORED_PREFIXES = ("tracking.", "sweep.", "hydra.")
+from deepen_run.config import neutral_keys
+from deepen_run.methods import REFERENCE
+
+# Never part of the key: the seed (what a row averages over) and the keys the schema marks neutral
+# (where things live, bookkeeping that cannot change a score: deepen_run/config.py).
+IGNORED = neutral_keys() | {"seed"}
+IGNORED_PREFIXES = ("sweep.", "hydra.")
 PATHLIKE_NAME = re.compile(r"(^|[._])(path|dir|uri|file|url)$")
 PATHLIKE_VALUE = re.compile(r"^(/|~/|[a-z]+://|[a-z]+:///|pkg://)")
+# Path-like, yet they change the result (the weights, the data): always part of the key.
+SEPARATE = {"backbone.path", "data.glue_dir"}
 MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch")
 # Shown in their own columns (backbone, method, setup), never repeated in "settings".
 SHOWN_ELSEWHERE = ("backbone.name", "method.name", "task.names", "schedule.")
 # A method's own options and layer duplication: what the baseline of a row may differ in.
-METHOD_SPECIFIC = ("method.", "backbone.duplicate_layers")
+METHOD_SPECIFIC = ("method.", "backbone.duplicate_")
+# Where no baseline has the row's new-parameter learning-rate scale, one with another may pair with it.
+LR_RULE = "train.new_params_lr_scale"
 
 
 def is_dry(run: dict) -> bool:
@@ -37,6 +45,8 @@ def tasks_of(run: dict) -> list[str]:
 
 
 def _ignored(k: str, v: str, multi: bool) -> bool:
+    if k in SEPARATE:
+        return False
     if k in IGNORED or k.startswith(IGNORED_PREFIXES) or PATHLIKE_NAME.search(k):
         return True
     if PATHLIKE_VALUE.match(str(v)):
@@ -94,21 +104,25 @@ def _no_duplication(d: dict) -> bool:
         d.get("method.layers", "[]") in ("[]", "None", "null", "")
 
 
-def _rest(d: dict, drop_multi: bool = False) -> dict:
+def _rest(d: dict, drop_multi: bool = False, drop_lr: bool = False) -> dict:
     return {k: v for k, v in d.items() if not k.startswith(METHOD_SPECIFIC)
-            and not (drop_multi and k.startswith(MULTI_TASK_ONLY))}
+            and not (drop_multi and k.startswith(MULTI_TASK_ONLY)) and not (drop_lr and k == LR_RULE)}
 
 
-def baseline_of(key: tuple, keys: list[tuple]) -> Optional[tuple]:
-    """The row's baseline: method=baseline, no duplicated layers, every other setting equal. A
-    multi-task row is compared with the multi-task baseline of the same tasks and schedule, else
-    with the single-task baseline (every setting but the multi-task ones equal)."""
+def baseline_candidates(key: tuple, keys: list[tuple]) -> list[tuple]:
+    """The rows that can be the row's baseline: method=baseline, no duplicated layers, every other
+    setting equal. A multi-task row is compared with the multi-task baselines of the same tasks and
+    schedule, else with the single-task ones (every setting but the multi-task ones equal). Without
+    one at the same new-parameter learning-rate scale, one at another (a study that picks the scale
+    per method, docs/study.md). Several candidates (baselines differing in a method option, e.g.
+    pooling) are the caller's to resolve."""
     d = dict(key)
-    bases = [k for k in keys if dict(k)["method.name"] == "baseline" and _no_duplication(dict(k))]
-    same = [b for b in bases if _rest(dict(b)) == _rest(d)]
-    if same:
-        return same[0]
-    if "task.names" in d:
-        single = [b for b in bases if "task.names" not in dict(b) and _rest(dict(b), True) == _rest(d, True)]
-        return single[0] if single else None
-    return None
+    bases = [k for k in keys if dict(k)["method.name"] == REFERENCE and _no_duplication(dict(k))]
+    for drop_lr in (False, True):
+        same = [b for b in bases if _rest(dict(b), drop_lr=drop_lr) == _rest(d, drop_lr=drop_lr)]
+        if not same and "task.names" in d:
+            same = [b for b in bases if "task.names" not in dict(b)
+                    and _rest(dict(b), True, drop_lr) == _rest(d, True, drop_lr)]
+        if same:
+            return same
+    return []

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from deepen_run.checkpoint import latest, read_run_file, usable
 from deepen_run.config import ROOT, Config
 from deepen_run.errors import UserError
-from deepen_run.lifecycle import LOCK, DirInUse, in_use
+from deepen_run.lifecycle import DirInUse, in_use
 
 SAVED = Path(".hydra") / "config.yaml"  # Hydra's copy: the config of the LAST command in the dir
 RUN_CONFIG = "run_config.yaml"  # ours: the config the run started with, written once
@@ -101,8 +101,7 @@ def find_latest(cfg, here: Optional[Path], own_first: bool = False, own_only: bo
 def check_free(here: Optional[Path]) -> None:
     """A new run must not take over a dir that holds another run's work (one run dir, one run)."""
     if here is not None and in_use(here):
-        raise DirInUse(f"run dir {here} is in use by another run (pid host: {(here / LOCK).read_text().strip()}); "
-                       "one run dir holds one run: pass another hydra.run.dir, or wait for that run to end")
+        raise DirInUse.for_dir(here)
     info = read_run_file(here) if here is not None else {}
     if not info:
         return
@@ -163,7 +162,7 @@ def _check_overrides(cfg, saved, home: Path) -> None:
         if key == "resume" or key.startswith("hydra"):
             continue
         now, then = OmegaConf.select(cfg, key), OmegaConf.select(saved, key)
-        as_data = (lambda x: OmegaConf.to_container(x, resolve=False) if OmegaConf.is_config(x) else x)
+        as_data = (lambda x: OmegaConf.to_container(x, resolve=False) if OmegaConf.is_config(x) else x)  # noqa: E731
         if as_data(now) != as_data(then):
             raise UserError(f"resume: {key} was {as_data(then)!r} in {home} but is {as_data(now)!r} now; a resumed "
                             "run keeps its config (drop the override, or start a new run without resume)")

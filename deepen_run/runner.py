@@ -9,13 +9,13 @@ from __future__ import annotations
 from accelerate.utils import set_seed
 from omegaconf import OmegaConf
 
-from deepen_run import backbone as bb
 from deepen_run import checkpoint as ck
-from deepen_run import duplication, summary
+from deepen_run import backbone_steps, summary
+from deepen_run.context import Run
 from deepen_run.fast import make_accelerator
 from deepen_run.lifecycle import provenance, reap_orphans
 from deepen_run.methods import METHODS
-from deepen_run.model import count, param_report
+from deepen_run.model import new_parameters, param_report
 from deepen_run.preflight import check  # noqa: F401 (the pre-flight, also for callers of runner)
 from deepen_run.redact import public_config
 from deepen_run.resume import current_dir, save_run_config
@@ -51,12 +51,10 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     set_seed(cfg.seed)
     method = METHODS[cfg.method.name]
 
-    backbone = bb.load_model(cfg.backbone)
-    backbone_config = backbone.config.to_dict()
-    backbone_params = count(backbone)
-    duplication.apply(backbone, cfg)  # before any method builds: every method sees the deeper encoder
+    backbone, loaded, added = backbone_steps.load(cfg)  # steps before any method builds: all see them
     model = method.build(backbone, cfg.method, tasks)
-    sizes = param_report(model, backbone_params, count(backbone) - backbone_params)
+    new_params = new_parameters(model, loaded, added)
+    sizes = param_report(model, sum(p.numel() for p in loaded), sum(p.numel() for p in (*added.copied, *added.new)))
     sizes["model/num_layers"] = getattr(model.backbone.config, "num_hidden_layers", 0)
 
     before = tracker.status(run_id) if run_id else ""
@@ -83,7 +81,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
             return float("nan")
         from deepen_run import train  # data, metrics, figures: only for a run that trains
 
-        recipe = train.setup(cfg, tasks, model, method, accelerator, tracker, backbone_config, home, resume_home)
+        recipe = train.setup(cfg, Run(tasks, model, method, new_params, accelerator, tracker, home, resume_home))
         restored = True
         score = train.fit(recipe)
         status = "FINISHED"

@@ -1,4 +1,4 @@
-"""Which task each multi-task step trains on (METHODS.md §3).
+"""Which task each multi-task step trains on (docs/methods.md, section Sampling schedules).
 
 Task i is drawn with p_i ∝ N_i ** alpha (N_i = its training examples); `annealed` moves alpha
 linearly from `alpha` (first epoch) to `alpha_end` (last epoch); `round_robin` takes tasks in turn.

@@ -9,9 +9,9 @@ from typing import Optional
 from urllib.parse import unquote, urlparse
 
 from deepen_run import ui
-from deepen_run.config import ROOT
+from deepen_run.config import default_store
 
-DEFAULT_STORE = f"sqlite:///{ROOT}/outputs/mlflow.db"
+DEFAULT_STORE = default_store()
 
 
 def ui_hint(uri: str) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from typing import Optional
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
+from deepen_run import sweep_summary
 from deepen_run.errors import UserError
 from deepen_run.sweep_jobs import JOBS_DIR, SWEEP_FILE, write_json
 
@@ -98,7 +99,7 @@ def open_sweep(config):
         first_step = reopen(old, tracker, tags | {"sweep_id": old["sweep_id"]})
     else:
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
-        parent = tracker.start(f"sweep-{sweep_id}", tags | {"sweep_id": sweep_id})
+        parent = tracker.start(sweep_summary.parent_name(config, params), tags | {"sweep_id": sweep_id})
         tracker.log_params(params | {"sweep.jobs": n if n is not None else "?"})
         info = {"sweep_id": sweep_id, "parent_run_id": parent, "uri": uri, "experiment": experiment, "n_jobs": n,
                 "dir": str(sweep_dir), "params": params, "jobs": jobs, "launcher_pid": os.getpid(), "attempt": 1}
@@ -107,4 +108,6 @@ def open_sweep(config):
     again = f"; attempt {info['attempt']}, continuing the interrupted sweep" if old is not None else ""
     print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "
           f"experiment {experiment!r} ({uri}); outputs in {sweep_dir}{again}", flush=True)
-    return Launch(info, tracker, first_step).begin()
+    launch = Launch(info, tracker, first_step).begin()
+    sweep_summary.start(info, tracker)  # the run note (results table), kept up to date
+    return launch

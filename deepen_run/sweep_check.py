@@ -65,7 +65,7 @@ def check_jobs(config) -> Optional[int]:
         return None
     from hydra import compose
 
-    from deepen_run.preflight import check, numbers
+    from deepen_run.preflight import check, numbers, typo
     from deepen_run.resume import _plain
 
     name = config.hydra.job.config_name
@@ -85,5 +85,9 @@ def check_jobs(config) -> Optional[int]:
         except UserError as e:
             raise UserError(f"{which}: {_one_line(e)}; nothing was launched") from None
         except Exception as e:  # noqa: BLE001 (Hydra/OmegaConf composition errors: wrong type, unknown key)
+            methods = {o for j in jobs for o in j if o.lstrip("+~").startswith("method=")}
+            better = typo(str(e), job, methods_swept=len(methods) > 1)
+            if better is not None:
+                raise UserError(f"{which}: {better}; nothing was launched") from None
             raise UserError(f"{which}: {type(e).__name__}: {_one_line(e)}; nothing was launched") from None
     return len(jobs)

@@ -112,8 +112,10 @@ class SweepJob:
         self.jobs = Path(info["dir"]) / JOBS_DIR
 
     def tags(self) -> dict[str, str]:
+        from deepen_run.sweep_summary import child_tags  # the swept values: the runs table's columns
+
         return {"mlflow.parentRunId": self.info["parent_run_id"], "sweep_id": self.info["sweep_id"],
-                "sweep_role": "child", "sweep_job": str(self.num)}
+                "sweep_role": "child", "sweep_job": str(self.num)} | child_tags(self.info, self.overrides)
 
     def swept(self) -> list[str]:
         """This job's values of the swept keys the default run name does not already say, so the
@@ -136,7 +138,9 @@ class SweepJob:
         if (self.jobs / STOP_FILE).exists():
             return float("nan")  # the sweep was stopped by a signal before this job began: it stays pending
         if not cfg.tracking.run_name:
-            cfg.tracking.run_name = " ".join([run_name(cfg), *self.swept()])
+            from deepen_run.sweep_summary import child_name  # short, the swept values first
+
+            cfg.tracking.run_name = child_name(run_name(cfg), cfg.seed, self.info, self.overrides)
         name = run_name(cfg)
         kept = self._kept(cfg, current_dir())
         if kept is not None:  # FINISHED by an earlier attempt of this sweep: counted, not trained again

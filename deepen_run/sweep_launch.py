@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from deepen_run import sweep_summary
 from deepen_run.checkpoint import orphan_note
 from deepen_run.lifecycle import SIGNALS, Interrupted, alive, reap_orphans
 from deepen_run.sweep_counts import Counts
 from deepen_run.sweep_jobs import JOBS_DIR, STOP_FILE, read_outcomes, read_starts, watch
-from deepen_run.util import first_line
 
 GRACE_S = 300  # how long stopped jobs get to save their checkpoint before the parent is closed
 
@@ -107,23 +107,10 @@ class Launch:
             print(f"deepen-run: sweep stopped by {why}; its parent and {c.killed} unfinished job(s) are KILLED "
                   f"({saved} with a checkpoint), {c.pending} not started; continue the sweep with the same command "
                   f"plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
-        elif c.finished:
-            self.report()
+        # The final note, figure and table on the parent; the table and the UI links printed last.
+        sweep_summary.finish(info, tracker, status, show_table=bool(c.finished) and not interrupted)
         return c.n - c.finished
 
     def _started_not_ended(self) -> set[int]:
         ended = read_outcomes(self.dir)
         return {k for k in read_starts(self.dir) if k not in ended}
-
-    def report(self) -> None:
-        """The sweep's results table, printed and logged to the parent run."""
-        from deepen_run import report
-
-        info = self.info
-        try:
-            runs = report.load_runs(info["uri"], info["experiment"], {"sweep_id": info["sweep_id"]})
-            table = report.build(runs)
-            print(report.to_markdown(table), flush=True)
-            report.log_to_run(table, self.tracker)
-        except Exception as e:  # noqa: BLE001 (the sweep itself is recorded; a report bug must not hide that)
-            print(f"deepen-run: warning: the sweep's report failed: {first_line(e)}", file=sys.stderr)

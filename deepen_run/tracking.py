@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import logging
-import os
 import subprocess
-import tempfile
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Optional
@@ -154,23 +151,22 @@ class Tracker:
         """Reach the store now: better to fail at start than after an hour of training.
 
         MLflow retries an unreachable server for minutes (7 retries, exponential backoff, 120 s
-        timeouts); this one probe gets no retry and a 10 s timeout (a refused connection fails at
-        once), later calls keep the defaults so a blip mid-run is still retried.
+        timeouts); a server is first asked for its /health once, with a 10 s timeout and no retry
+        (a refused connection fails at once), so MLflow's own calls keep their retries for a blip
+        mid-run, and nothing of the process's settings (os.environ) changes.
         """
         if not self.enabled:
             return
-        quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-        saved = {k: os.environ.get(k) for k in quick}
-        os.environ.update(quick)
         try:
+            if self.uri.startswith(("http://", "https://")):
+                from urllib.request import urlopen
+
+                urlopen(f"{self.uri.rstrip('/')}/health", timeout=10).close()
             self.experiment_id = get_experiment_id(self.client, self.uri, self.experiment)
         except Exception as e:  # noqa: BLE001 (any failure here means: no store)
             first = first_line(e, 200)
             raise UserError(f"tracking.uri={self.uri} is not reachable ({first}); start the server "
                             "or use the default local store") from e
-        finally:
-            for k, v in saved.items():
-                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
     def start(self, run_name: str, tags: dict[str, str], run_id: Optional[str] = None) -> str:
         if not self.enabled:

@@ -12,6 +12,7 @@ No trainer class and no callbacks: the loop is in fit. The method has already de
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -23,8 +24,8 @@ from transformers import get_scheduler
 from deepen_run import backbone as bb
 from deepen_run import checkpoint as ck
 from deepen_run import data as gd
-from deepen_run import duplication, submission
-from deepen_run.context import RunContext
+from deepen_run import backbone_steps, submission
+from deepen_run.context import Run, RunContext
 from deepen_run.errors import NonFiniteLoss
 from deepen_run.tracking import TrackingLost
 from deepen_run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
@@ -38,22 +39,38 @@ from deepen_run.progress import progress, quiet_libraries
 from deepen_run.sampling import TaskSampler, epoch_length
 
 
-def optimizer_for(model: torch.nn.Module, tcfg, device_type: str) -> torch.optim.Optimizer:
+LONG_RUN_S = 3600  # a run the measured step rate puts past this gets a warning with ways to cut it
+TIMED_STEPS = 5  # steps timed for that estimate, after the first (which pays for warm-up)
+
+
+def long_run_warning(seconds_per_step: float, steps_left: int) -> str | None:
+    """The line a long run prints after its first steps, or None for a run of under an hour."""
+    left = seconds_per_step * steps_left
+    if left < LONG_RUN_S:
+        return None
+    h, m = divmod(round(left / 60), 60)
+    return (f"deepen-run: this run needs about {h} h {m:02d} min more at {seconds_per_step:.2f} s/step "
+            f"({steps_left:,} steps to go, evaluation not counted); to cut it, train on a subset "
+            "(data.max_train_samples=2000) or fewer steps (train.max_steps=300)")
+
+
+def optimizer_for(model: torch.nn.Module, tcfg, device_type: str, new_params) -> torch.optim.Optimizer:
     """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor). Fused kernel
     where torch has one (CUDA and CPU): one pass over all tensors instead of many small ops.
 
     One rule for every method, so a comparison between methods treats their new weights alike:
-    every trainable parameter outside `model.backbone` (task heads, HIRE's GRUs and scorer, PALs)
-    starts from scratch and trains at train.new_params_lr_scale x train.learning_rate; the
-    backbone (its pretrained pooler and duplicated layers included) at 1x. The schedule then
-    scales every group alike.
+    `new_params`, what the method declared it created (contract.MethodModel.new_parameters: heads,
+    HIRE's GRUs, PALs, an adapter inside the backbone) and what the backbone steps created (a gated
+    copy's gate), train at train.new_params_lr_scale x train.learning_rate, wherever they sit;
+    everything else (the pretrained backbone, its pooler, copies of its layers) at 1x. The
+    schedule then scales every group alike.
     """
     scale = tcfg.new_params_lr_scale
-    pretrained = {id(p) for p in model.backbone.parameters()}
+    new = {id(p) for p in new_params}
     groups: dict[tuple, list] = {}
     for p in model.parameters():
         if p.requires_grad:
-            groups.setdefault((p.ndim >= 2, 1.0 if id(p) in pretrained else scale), []).append(p)
+            groups.setdefault((p.ndim >= 2, scale if id(p) in new else 1.0), []).append(p)
     params = [{"params": ps, "weight_decay": tcfg.weight_decay if decay else 0.0, "lr": tcfg.learning_rate * k}
               for (decay, k), ps in groups.items()]
     return torch.optim.AdamW(params, lr=tcfg.learning_rate, fused=fused_adamw_ok(device_type))
@@ -92,10 +109,11 @@ class Recipe:
     undefined: list = field(default_factory=list)  # metrics already reported undefined (warned once)
 
 
-def setup(cfg, tasks, model, method, accelerator, tracker, backbone_config, home=None, resume_home=None) -> Recipe:
-    """Data and loaders, the method's after_build hook, the task sampler, optimizer and schedule,
-    Accelerate's device placement, then the checkpoint of resume_home (a killed run's dir), if any."""
-    tcfg = cfg.train
+def setup(cfg, run: Run) -> Recipe:
+    """Data and loaders, the backbone steps' and the method's after_build records, the task sampler,
+    optimizer and schedule, Accelerate's device placement, then the checkpoint of run.resume_home
+    (a killed run's dir), if any."""
+    tcfg, tasks, model, accelerator, tracker = cfg.train, run.tasks, run.model, run.accelerator, run.tracker
     tok = bb.load_tokenizer(cfg.backbone)
     quiet_libraries()
     # Rank 0 tokenizes and fills the cache first; the other ranks then read it instead of racing.
@@ -105,24 +123,24 @@ def setup(cfg, tasks, model, method, accelerator, tracker, backbone_config, home
                                  cfg.data.num_workers) for i, (t, d) in enumerate(data.items())}
     dev = {name: gd.make_loader(ds, tok, tcfg.eval_batch_size, False, cfg.seed)
            for d in data.values() for name, ds in d.dev.items()}
-    ctx = RunContext(cfg, tasks, data, tok, tracker, accelerator, backbone_config)
-    duplication.record(model.backbone, ctx)
-    hook(method, "after_build")(model, ctx)
+    ctx = RunContext(cfg, tasks, data, tok, tracker, accelerator)
+    backbone_steps.record(model.backbone, ctx)
+    hook(run.method, "after_build")(model, ctx)
 
     per_pass = sum(len(dl) for dl in loaders.values()) // tcfg.gradient_accumulation_steps
     steps_per_epoch = epoch_length(tcfg, len(tasks), per_pass)
     total = tcfg.max_steps if tcfg.max_steps > 0 else math.ceil(tcfg.num_epochs * steps_per_epoch)
     sampler = TaskSampler(cfg.schedule, {t: len(d.train) for t, d in data.items()}, steps_per_epoch, total, cfg.seed)
 
-    optimizer = optimizer_for(model, tcfg, accelerator.device.type)
+    optimizer = optimizer_for(model, tcfg, accelerator.device.type, run.new_params)
     scheduler = scheduler_for(optimizer, tcfg, total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
-    saver = ck.Checkpointer(home, tcfg, accelerator, total, predict=cfg.predict)
+    saver = ck.Checkpointer(run.home, tcfg, accelerator, total, predict=cfg.predict)
     streams = saver.wrap(loaders, {t: cfg.seed + i for i, t in enumerate(data)})
-    start = saver.restore(ck.usable(resume_home) if resume_home else None)
+    start = saver.restore(ck.usable(run.resume_home) if run.resume_home else None)
     dev = {k: accelerator.prepare(v) for k, v in dev.items()}
-    return Recipe(cfg, ctx, method, model, optimizer, scheduler, accelerator, tracker, sampler, streams,
+    return Recipe(cfg, ctx, run.method, model, optimizer, scheduler, accelerator, tracker, sampler, streams,
                   regression={t.name: t.is_regression for t in tasks}, dev=dev,
                   eval_specs={name: d.spec for d in data.values() for name in d.dev}, saver=saver, total=total,
                   start=start)
@@ -161,6 +179,12 @@ def fit(r: Recipe) -> float:
                 done = step + 1
                 r.saver.step = done  # the state is now step `done`'s, whatever fails before on_step
                 bar.update(1)
+                if done == r.start + 1:
+                    t_timed = time.perf_counter()
+                elif done == r.start + 1 + TIMED_STEPS and acc.is_main_process:
+                    warn = long_run_warning((time.perf_counter() - t_timed) / TIMED_STEPS, r.total - done)
+                    if warn:
+                        bar.write(warn, file=sys.stderr)  # above the bar in a terminal
                 if done % tcfg.log_every == 0 or done == r.total:
                     # Averaged on the device; read back (a host sync) only at logging cadence. With several
                     # processes, the mean over all of them (every rank reaches this line at the same step).
@@ -173,12 +197,12 @@ def fit(r: Recipe) -> float:
                 r.saver.on_step(done)  # a periodic checkpoint; a deferred signal stops the run here, saved
                 if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == r.total or \
                         (tcfg.eval_per_epoch and done % r.sampler.steps_per_epoch == 0):  # once per epoch, any length
-                    last = evaluate_logged(r, done)
+                    last = evaluate_and_keep(r, done)
                     bar.set_postfix(score=f"{last[0].get('eval/score', float('nan')):.4f}")
             bar.close()
             if r.total > r.start:
                 tracker.log_metrics({"train/step_time_s": step_time / (r.total - r.start)}, r.total)
-        final, ev = last or evaluate_logged(r, r.total)  # resumed from a checkpoint at the last step
+        final, ev = last or evaluate_and_keep(r, r.total)  # resumed from a checkpoint at the last step
         tracker.log_metrics({"train/runtime_s": time.time() - t0}, r.total)
         # The tail (final record, predictions, after_train) may be stopped too: the checkpoint of the
         # last step saved on the way out lets resume=auto complete this same run.
@@ -199,7 +223,7 @@ def train_step(r: Recipe, task: str, batch: dict, step: int) -> torch.Tensor:
     clipping and the optimizer and schedule steps. Returns the detached loss."""
     acc, tcfg = r.accelerator, r.cfg.train
     with acc.accumulate(r.model):
-        logits = r.model(task, **batch_inputs(batch))
+        logits = r.model(task, **batch_inputs(batch)).logits
         loss = task_loss(logits, batch["labels"], r.regression[task])
         # Stop before a NaN/inf reaches the weights (and a checkpoint). One host sync per
         # micro-batch: free on CPU, ~µs against a step of an encoder on GPU (HF Trainer's
@@ -216,11 +240,17 @@ def train_step(r: Recipe, task: str, batch: dict, step: int) -> torch.Tensor:
     return loss.detach()
 
 
-def evaluate_logged(r: Recipe, step: int) -> tuple[dict, Evaluation]:
-    """Evaluate on every dev set, keep the best weights, log eval/* at `step`. -> (flat metrics, evaluation)."""
+def evaluate_dev(r: Recipe) -> tuple[dict, Evaluation]:
+    """Every dev set through the model: -> (flat eval/* metrics, the evaluation). Nothing else."""
     with guard().deferred(False):  # a signal during evaluation stops it at once
         ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)
-    flat = eval_metrics(ev.results, {name: s.name for name, s in r.eval_specs.items()})
+    return eval_metrics(ev.results, {name: s.name for name, s in r.eval_specs.items()}), ev
+
+
+def evaluate_and_keep(r: Recipe, step: int) -> tuple[dict, Evaluation]:
+    """The loop's evaluation at `step`: evaluate, keep the best weights, log eval/* (and warn once
+    of an undefined metric). -> (flat metrics, evaluation)."""
+    flat, ev = evaluate_dev(r)
     warn_undefined(ev.results, r.undefined, r.tracker, r.accelerator)
     r.saver.save_best(r.model, step, flat["eval/score"])
     r.tracker.log_metrics(flat | {"eval/best_score": r.saver.best}, step)

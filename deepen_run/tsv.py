@@ -108,7 +108,7 @@ def read_tsv(path: Path, spec: TaskSpec, labelled: bool) -> dict[str, list]:
                 ib = header.index(b) if b is not None else None
                 il = header.index(lab) if labelled else None
             except ValueError as e:
-                raise UserError(f"{path}: header {header} lacks a column GLUE's {spec.folder} has ({e})")
+                raise UserError(f"{path}: header {header} lacks a column GLUE's {spec.folder} has ({e})") from None
             iid = header.index("index") if "index" in header else header.index("id") if "id" in header else None
         for n, row in enumerate(rows, start=1 if headerless else 2):
             if len(row) != width:

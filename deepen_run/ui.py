@@ -5,9 +5,19 @@ MLflow 3 decides an experiment's sidebar from its tag `mlflow.experimentKind` (G
 hides training runs behind "Evaluation runs"); `custom_model_development` is the classic runs table.
 The runs table's columns come from a shared view state: an experiment tag
 `mlflow.sharedViewState.<key>` holding JSON ({"selectedColumns": ...}), opened by the URL parameter
-`viewStateShareKey=<key>` (both read by MLflow's UI bundle). Each run adds its own eval columns,
-and a sweep job unfolds its parent row so the children's scores show. The UI's own
-"GenAI | Model training" switch follows the URL parameter workflowType=machine_learning.
+`viewStateShareKey=<key>` (both read by MLflow's UI bundle). The table shows a group's columns
+(metrics, tags) sorted by name, not in the listed order, so eval/score is the only eval metric
+selected: eval/best_score or eval/rte/... would come before it. A sweep puts its swept keys (tags of
+its children) right after it, and a sweep job unfolds its parent row so the children's scores show.
+The UI's own "GenAI | Model training" switch follows the URL parameter workflowType=machine_learning.
+
+MLflow's Assistant panel opens by itself, once per browser, over the table; no server setting stops
+that: the UI bundle offers the Assistant whenever the page's host name is `localhost` or
+`127.0.0.1` (or the server allows remote use, MLFLOW_ENABLE_REMOTE_ASSISTANT), and auto-opens it on
+the first visit (browser storage key mlflow.assistant.fab.autoOpenedOnFirstLoad). `make ui`
+therefore prints its links on `localhost.` (the same loopback host, spelled as a fully qualified
+name), which the bundle does not take for a local server, and lets the server accept that host
+name (--allowed-hosts, --cors-allowed-origins).
 """
 from __future__ import annotations
 
@@ -21,21 +31,31 @@ KIND = ("mlflow.experimentKind", "custom_model_development")
 VIEW = "deepen-run"  # the share key
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
 DEFAULT_UI = "http://127.0.0.1:5000"
-FIRST = ["metrics.`eval/score`", "metrics.`eval/best_score`"]
-LAST = ["tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
-        "metrics.`params/ratio`", "metrics.`train/runtime_s`"]
+FIRST = ("metrics.`eval/score`",)
+LAST = ("tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
+        "metrics.`params/ratio`", "metrics.`train/runtime_s`")
 
 
-def columns(eval_keys: list[str], before: list[str] | None = None) -> list[str]:
-    """eval/score first, then every eval metric seen so far, then what tells runs apart."""
-    seen = [c for c in (before or []) if c not in FIRST + LAST]
-    new = [f"metrics.`{k}`" for k in sorted(eval_keys) if k.startswith("eval/") and f"metrics.`{k}`" not in FIRST]
-    return FIRST + seen + [c for c in new if c not in seen] + LAST
+def columns(eval_keys: list[str] = (), before: list[str] | None = None, swept: list[str] = ()) -> list[str]:
+    """eval/score first, then the latest sweep's swept keys (tag columns), then what tells runs
+    apart. eval_keys: the run's metrics, not shown by default (see the module's docstring)."""
+    swept = [c for c in (list(swept) or _swept_before(list(before or []))) if c not in FIRST]
+    return [*FIRST, *swept, *(c for c in LAST if c not in swept)]
 
 
-def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | None = None) -> None:
-    """Mark the experiment classic ML, add these eval metrics to its default columns, unfold `expand`
-    (a sweep's parent run)."""
+def _swept_before(before: list[str]) -> list[str]:
+    """The tag columns a sweep put after FIRST: up to the first metric, or to the LAST columns."""
+    rest = before[len(FIRST):] if before[:len(FIRST)] == list(FIRST) else []
+    for i, c in enumerate(rest):
+        if not c.startswith("tags.") or rest[i:] == [x for x in LAST if x not in rest[:i]]:
+            return rest[:i]
+    return rest
+
+
+def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | None = None,
+          swept: list[str] = ()) -> None:
+    """Mark the experiment classic ML, set its default columns, unfold `expand` (a sweep's parent
+    run), put `swept` (a starting sweep's tag columns) right after eval/score."""
     exp = client.get_experiment(experiment_id)
     if exp.tags.get(KIND[0]) != KIND[1]:
         client.set_experiment_tag(experiment_id, *KIND)
@@ -44,7 +64,7 @@ def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | N
     except ValueError:
         old = {}
     expanded = dict(old.get("runsExpanded", {})) | ({expand: True} if expand else {})
-    state = {"selectedColumns": columns(list(eval_keys), old.get("selectedColumns", [])),
+    state = {"selectedColumns": columns(list(eval_keys), old.get("selectedColumns", []), list(swept)),
              "orderByKey": "attributes.start_time", "orderByAsc": False, "runsExpanded": expanded}
     if state != old:
         client.set_experiment_tag(experiment_id, VIEW_TAG, json.dumps(state))
@@ -62,9 +82,11 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     """`make ui`: start `mlflow ui`, wait until it answers, then print where to look."""
     from mlflow.tracking import MlflowClient
 
-    base = f"http://127.0.0.1:{port}"
+    base, shown = f"http://127.0.0.1:{port}", f"http://localhost.:{port}"  # see the module's docstring
+    hosts = [f"{h}:{port}" for h in ("localhost.", "localhost", "127.0.0.1")]
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store, "--default-artifact-root", artifacts,
-           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+           "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--allowed-hosts", ",".join(hosts),
+           "--cors-allowed-origins", ",".join(f"http://{h}" for h in hosts)]
     proc = subprocess.Popen(cmd)
     try:
         while proc.poll() is None:
@@ -76,13 +98,13 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
         if proc.poll() is not None:
             return proc.returncode
         client = MlflowClient(store)
-        print(f"\nMLflow UI is up: {base}  (Ctrl-C stops it)")
+        print(f"\nMLflow UI is up: {shown}  (Ctrl-C stops it; {base} works too, with MLflow's Assistant panel)")
         for name in experiments:
             exp = client.get_experiment_by_name(name)
             if exp is not None:  # experiments made before these settings existed get them now
                 runs = client.search_runs([exp.experiment_id], max_results=200)
                 apply(client, exp.experiment_id, sorted({k for r in runs for k in r.data.metrics}))
-                print(f"  {name}: {table_url(base, exp.experiment_id)}")
+                print(f"  {name}: {table_url(shown, exp.experiment_id)}")
         sys.stdout.flush()
         return proc.wait()
     except KeyboardInterrupt:

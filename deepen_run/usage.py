@@ -12,7 +12,7 @@ import inspect
 import re
 import typing
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from omegaconf import MISSING, OmegaConf
 
@@ -89,7 +89,7 @@ def groups(conf: Path, primary: str) -> list[tuple[str, list[str], str | None]]:
     return out
 
 
-def render(prog: str, what: str, schema, conf: Path, primary: str, examples: list[str],
+def render(prog: str, what: str, schema, conf: Path, primary: str, examples: Sequence[str],
            extra_sections: list[tuple[str, str, list]] = ()) -> str:
     lines = [f"{prog}: {what}", "", f"Usage: {prog} [group=option ...] [key=value ...]",
              f"       {prog} -m key=a,b ...   (a sweep: one run per value, in parallel with hydra/launcher=joblib)",
@@ -97,12 +97,17 @@ def render(prog: str, what: str, schema, conf: Path, primary: str, examples: lis
     for name, options, default in groups(conf, primary):
         opts = ", ".join(o + ("*" if o == default else "") for o in options)
         lines.append(f"  {name:<16}{opts}")
-    lines += ["", "Keys (key=default: meaning; defaults are the schema's, a group option sets its own):"]
+    lines += ["", "Keys (key=default: meaning; a group option may set its own default):"]
+    # The primary config's own values win over the schema's (deepen-probe: tracking.experiment=deepen-probe).
+    own = OmegaConf.load(conf / f"{primary}.yaml")
+    own = {k: v for k, v in OmegaConf.to_container(own).items() if k not in ("defaults", "hydra")}
     for title, doc, rows in [*sections(schema), *extra_sections]:
         if not rows:
             continue
         lines.append(f"  [{title}] {doc}")
         for key, default, meaning in rows:
+            value = OmegaConf.select(OmegaConf.create(own), key, default=None)
+            default = show(value) if value is not None and not isinstance(value, (dict, list)) else default
             left = f"{key}={default}"
             lines.append(f"    {left:<40} {meaning}" if len(left) <= 40 else f"    {left}\n    {'':<40} {meaning}")
     lines += ["", "Examples:", *(f"  {e}" for e in examples), "",
@@ -111,25 +116,26 @@ def render(prog: str, what: str, schema, conf: Path, primary: str, examples: lis
 
 
 def method_sections() -> list[tuple[str, str, list]]:
-    from deepen_run.methods import NAMES, config_of  # the light config modules: no torch for --help
+    from deepen_run.methods import NAMES, schema_of  # the light config modules: no torch for --help
 
     out = []
     for name in NAMES:
-        title, doc, rows = next(sections(config_of(name).Config, "method."))
+        title, doc, rows = next(sections(schema_of(name), "method."))
         out.append((f"method={name}", doc.split(": ", 1)[-1], rows))
     return out
 
 
-RUN_EXAMPLES = [
+RUN_EXAMPLES = (
     "deepen-run task=sst2 backbone=minilm data.max_train_samples=2000 train.max_steps=60   # ~3 min on a laptop CPU",
     "deepen-run method=hire task=rte backbone=minilm train.max_steps=100 method.gru_layers=1",
     "deepen-run method=pals task.names=[mrpc,stsb,rte] schedule=annealed backbone=minilm train.max_steps=200",
     "deepen-run method=hire backbone.duplicate_layers=[2,3] task=sst2 backbone=minilm train.max_steps=100",
     "deepen-run -m hydra/launcher=joblib seed=1,2,3 task=rte backbone=minilm train.max_steps=100",
+    "deepen-run -m +arm=baseline,hire_g1,hire_g2 seed=1,2 task=rte backbone=minilm train.max_steps=100  # + baseline",
     "deepen-run dry_run=true method=pals task=glue    # sizes and config only, no training",
     "deepen-run task=sst2 ... (killed) ; deepen-run task=sst2 ... resume=auto   # continue where it stopped",
     "deepen-run task=sst2 --cfg job   # print the composed config and exit",
-]
+)
 
 
 def run_help() -> str:

@@ -42,7 +42,7 @@ import bench_startup  # noqa: E402
 from bench_race import Baton, Lap, Memory, median, run_threads, sync  # noqa: E402
 from deepen_run import backbone as bb  # noqa: E402
 from deepen_run import data as gd  # noqa: E402
-from deepen_run import duplication  # noqa: E402
+from deepen_run import backbone_steps  # noqa: E402
 from deepen_run import tsv  # noqa: E402
 from deepen_run.config import ROOT, register  # noqa: E402
 from deepen_run.fast import resolve_precision  # noqa: E402
@@ -177,7 +177,7 @@ def method_table(a, cfg, spec, tok, ordered, device) -> dict:
         try:
             mcfg = compose_cfg(a, f"method={name}", *extra, *(a.method_override if name != "baseline" else []))
             torch.manual_seed(a.seed)
-            model = METHODS[name].build(duplication.load(mcfg), mcfg.method, [spec])
+            model = METHODS[name].build(backbone_steps.load(mcfg)[0], mcfg.method, [spec])
         except Exception as e:  # noqa: BLE001 (a method mid-development must not sink the bench)
             skipped[label] = first_line(e, 200)
             continue
@@ -202,12 +202,12 @@ def method_table(a, cfg, spec, tok, ordered, device) -> dict:
 def length_table(a, cfg, spec, tok, ordered, init_state, device) -> dict:
     limit = bb.load_model(cfg.backbone).config.max_position_embeddings
     lengths = [n for n in a.lengths if n <= limit]
-    st = bc.Stepper(bc.baseline_model(cfg, [spec], init_state), cfg.train, device,
+    st = bc.Stepper(bc.baseline_model(cfg, [spec], init_state)[0], cfg.train, device,
                     resolve_precision(cfg.train.mixed_precision))
     batches = {n: bc.fixed_length_batches(tok, ordered, a.batch_size, n, a.method_steps, device) for n in lengths}
     res = rounds(a, {n: (lambda b: st.step(spec.name, b)) for n in lengths}, lambda n: batches[n], device)
     first = res[lengths[0]]["_t"] if lengths else []
-    for n, r in res.items():
+    for r in res.values():
         r["examples_per_s"] = 1000 * a.batch_size / r["step_ms"]
         r["x_shortest"] = median([t / f for t, f in zip(r.pop("_t"), first)])
     return {str(n): r for n, r in res.items()}
@@ -251,7 +251,7 @@ def training(a, report: dict) -> None:
     ordered = data.train.select(example_order(data.train, a)[:need])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(a.seed)
-    init_state = {k: v.clone() for k, v in bc.baseline_model(cfg, [spec]).state_dict().items()}
+    init_state = {k: v.clone() for k, v in bc.baseline_model(cfg, [spec])[0].state_dict().items()}
     import tempfile
 
     tmp = tempfile.mkdtemp(prefix="deepen-bench-")

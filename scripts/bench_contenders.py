@@ -1,8 +1,8 @@
 """The contenders of `make bench`, each a real training loop fed the same batches.
 
-- deepen-run: the runner's own pieces (fast.make_accelerator, data.make_loader, methods build,
-  train.optimizer_for / scheduler_for / train_step, evaluation.evaluate, a real MLflow Tracker) in the
-  recipe's loop (train.fit's steps, loss logging and evaluation cadence; no checkpoints).
+- deepen-run: train.fit itself, the loop every run uses, on the runner's own pieces
+  (fast.make_accelerator, data.make_loader, methods build, train.optimizer_for / scheduler_for, a
+  real MLflow Tracker); checkpoints left out (a stand-in saver that times each step).
 - trainer: transformers.Trainer on AutoModelForSequenceClassification (what run_glue.py trains),
   DataCollatorWithPadding, examples in the given order (train_sampling_strategy=sequential).
 - trainer-pad128: the same, padded to max_length like run_glue.py's default (pad_to_max_length).
@@ -23,67 +23,72 @@ from transformers import (AutoModelForSequenceClassification, DataCollatorWithPa
 
 from deepen_run import backbone as bb
 from deepen_run import data as gd
-from deepen_run import duplication
+from deepen_run import backbone_steps
 from deepen_run import metrics as glue_metrics
 from deepen_run.fast import enable_tf32, fused_adamw_ok, make_accelerator, resolve_precision
+from deepen_run.context import RunContext
 from deepen_run.methods import METHODS
-from deepen_run.model import task_loss
+from deepen_run.model import new_parameters, task_loss
+from deepen_run.predict import batch_inputs
 from deepen_run.sampling import TaskSampler
 from deepen_run.tracking import Tracker
-from deepen_run.predict import batch_inputs
-from deepen_run.evaluation import eval_metrics, evaluate
-from deepen_run.train import Recipe, forever, optimizer_for, scheduler_for, train_step
+from deepen_run.train import Recipe, fit, optimizer_for, scheduler_for
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def baseline_model(cfg, tasks, init_state=None):
-    model = METHODS["baseline"].build(duplication.load(cfg), cfg.method, tasks)
+    """-> (model, its new parameters as the runner derives them)."""
+    backbone, loaded, added = backbone_steps.load(cfg)
+    model = METHODS["baseline"].build(backbone, cfg.method, tasks)
     if init_state is not None:
         model.load_state_dict(init_state)
-    return model
+    return model, new_parameters(model, loaded, added)
+
+
+class _LapSaver:
+    """Stands in for train.fit's Checkpointer (fit calls on_step after every step): times each step
+    on the lap, keeps the best score, writes nothing, so the real loop runs unchanged."""
+
+    def __init__(self, lap):
+        self.lap, self.best = lap, -math.inf
+
+    def on_step(self, done: int) -> None:
+        self.lap.step(done)
+
+    def save_best(self, model, step: int, score: float) -> None:
+        self.best = max(self.best, score)
+
+    def on_interrupt(self) -> None:
+        pass
 
 
 def deepen_run(cfg, spec, tok, ordered, dev, init_state, lap, tracking_uri) -> dict:
+    """train.fit itself (the loop every run uses: steps, loss logging, evaluation cadence, final
+    record), on the runner's pieces; only the checkpoints are left out (a _LapSaver instead)."""
     tcfg = cfg.train
-    model = baseline_model(cfg, [spec], init_state)
+    model, new = baseline_model(cfg, [spec], init_state)
     accelerator = make_accelerator(tcfg)
     tracker = Tracker(tracking_uri, "bench")
     tracker.start("bench-deepen-run", {"bench": "1"})
     loader = gd.make_loader(ordered, tok, tcfg.batch_size, False, cfg.seed)
     dev_loader = gd.make_loader(dev, tok, tcfg.eval_batch_size, False, cfg.seed)
     sampler = TaskSampler(cfg.schedule, {spec.name: len(ordered)}, len(loader), tcfg.max_steps, cfg.seed)
-    optimizer = optimizer_for(model, tcfg, accelerator.device.type)
+    optimizer = optimizer_for(model, tcfg, accelerator.device.type, new)
     scheduler = scheduler_for(optimizer, tcfg, tcfg.max_steps)
     model, optimizer, scheduler, loader, dev_loader = accelerator.prepare(model, optimizer, scheduler, loader,
                                                                           dev_loader)
-    r = Recipe(cfg, ctx=None, method=None, model=model, optimizer=optimizer, scheduler=scheduler,
+    data = {spec.name: gd.TaskData(spec, ordered, {spec.name: dev}, {})}
+    ctx = RunContext(cfg, [spec], data, tok, tracker, accelerator)
+    r = Recipe(cfg, ctx=ctx, method=METHODS["baseline"], model=model, optimizer=optimizer, scheduler=scheduler,
                accelerator=accelerator, tracker=tracker, sampler=sampler, streams={spec.name: loader},
                regression={spec.name: spec.is_regression}, dev={spec.name: dev_loader},
-               eval_specs={spec.name: spec}, saver=None, total=tcfg.max_steps, start=0)
-
-    def run_eval(step):
-        flat = eval_metrics(evaluate(model, accelerator, r.dev, r.eval_specs).results, {spec.name: spec.name})
-        tracker.log_metrics(flat, step)
-        return flat
-
+               eval_specs={spec.name: spec}, saver=_LapSaver(lap), total=tcfg.max_steps, start=0)
     torch.manual_seed(cfg.seed)
     lap.begin()
-    batches, running, final = forever(loader), torch.zeros((), device=accelerator.device), {}
-    model.train()
-    for step in range(r.total):  # train.fit's loop, less checkpoints and the sampler (one task)
-        for _ in range(tcfg.gradient_accumulation_steps):
-            running += train_step(r, spec.name, next(batches), step) / tcfg.gradient_accumulation_steps
-        done = step + 1
-        if done % tcfg.log_every == 0 or done == r.total:
-            tracker.log_metrics({"train/loss": accelerator.reduce(running / tcfg.log_every, reduction="mean").item(),
-                                 "train/lr": scheduler.get_last_lr()[0]}, done)
-            running.zero_()
-        lap.step(done)
-        if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == r.total:
-            final = run_eval(done)
+    fit(r)
     tracker.end("FINISHED")
-    return {"dev_accuracy": final[f"eval/{spec.name}/accuracy"]}
+    return {"dev_accuracy": ctx.evaluation.results[spec.name]["accuracy"]}
 
 
 class _Lapper(TrainerCallback):
@@ -155,7 +160,7 @@ def device_batches(tok, ordered, batch_size, seed, device) -> list[dict]:
 
 def bare(cfg, spec, batches, init_state, lap, device) -> dict:
     enable_tf32()
-    model = baseline_model(cfg, [spec], init_state).to(device).train()
+    model = baseline_model(cfg, [spec], init_state)[0].to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay,
                             fused=fused_adamw_ok(device.type))
     dtype = torch.bfloat16 if resolve_precision(cfg.train.mixed_precision) == "bf16" else None
@@ -163,7 +168,7 @@ def bare(cfg, spec, batches, init_state, lap, device) -> dict:
     lap.begin()
     for i, b in enumerate(batches[:cfg.train.max_steps]):
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            logits = model(spec.name, **batch_inputs(b))
+            logits = model(spec.name, **batch_inputs(b)).logits
         task_loss(logits, b["labels"], spec.is_regression).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -176,13 +181,13 @@ class Stepper:
 
     def __init__(self, model, tcfg, device, precision: str):
         self.model = model.to(device).train()
-        self.opt = optimizer_for(self.model, tcfg, device.type)
+        self.opt = optimizer_for(self.model, tcfg, device.type, model.new_parameters())
         self.dtype = torch.bfloat16 if precision == "bf16" else None
         self.device = device
 
     def step(self, task: str, b: dict, regression: bool = False) -> None:
         with torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype is not None):
-            logits = self.model(task, **batch_inputs(b))
+            logits = self.model(task, **batch_inputs(b)).logits
         task_loss(logits, b["labels"], regression).backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)

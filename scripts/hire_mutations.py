@@ -38,7 +38,7 @@ results = []
 for name, old, new in M:
     shutil.rmtree(SCRATCH, ignore_errors=True)
     shutil.copytree(SRC, SCRATCH, ignore=shutil.ignore_patterns(".git", "outputs", "__pycache__", ".venv"))
-    p = f"{SCRATCH}/deepen_run/methods/hire.py"
+    p = f"{SCRATCH}/deepen_run/methods/hire/model.py"
     s = open(p).read()
     assert s.count(old) == 1, (name, s.count(old))
     open(p, "w").write(s.replace(old, new))

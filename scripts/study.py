@@ -1,19 +1,28 @@
-"""`make study`: the reproduction study, end to end, on the offline MiniLM.
+"""`make study`: the floor study (docs/study.md), part by part, on the offline MiniLM.
 
-1. deepen-probe on the five tasks suggests which layers to duplicate (passed to the duplicate arm
-   through DEEPEN_STUDY_DUPLICATE; --layers pins them and skips the probe).
-2. grid A (`+study=cpu_single`) and grid B (`+study=cpu_multi`): one sweep, one MLflow parent each.
-3. deepen-report over both sweeps: prints the table, writes <out>/results.{md,csv,png}, logs them
-   to both parents. Prints the wall time of each step.
---smoke: the same pipeline at a tiny scale (2 steps, tiny data, seed 1, two tasks) for tests.
-Extra arguments are passed to both grids as overrides.
+  make study PART=pilot   the new-parameter learning-rate rule (seed 0, left out of every table)
+  make study PART=base    the baseline, mean pooling and pooler; single-task at matched updates
+  make study PART=hire    HIRE: dynamic, mean and random importance; the capacity control
+  make study PART=dup     k = 2 duplicated layers: the probe's, random, the top
+  make study PART=multi   PALs and the multi-task baseline
+  make study              every primary part in that order, then the whole report
+  PART=sched, PART=gru    the secondary questions (not in the default run)
+  PART=ablations          the older ablation presets (abl_*), reported on their own sweeps
+
+Each part is one sweep per preset in a fixed folder (outputs/study-floor/<part>/<preset>) run with
+resume=auto: a part that was killed continues where it stopped when the same command runs again.
+After each part: deepen-report over exactly that part's sweeps (and the base part's, whose
+mean-pooling baseline the other rows pair with), with the part's named contrasts; its table in
+outputs/study-floor/<part>/. The sweep ids are kept in outputs/study-floor/sweeps.json.
+--draw-layers K: print the seeded random draw of K layers that floor_dup.yaml records.
+--smoke: a tiny scale (tiny data and batches, one seed) for a test of the pipeline. Extra arguments go to every sweep.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import re
+import random
 import subprocess
 import sys
 import time
@@ -21,68 +30,127 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-TASKS = "[cola,sst2,mrpc,stsb,rte]"
-SMOKE = ["train.max_steps=2", "data.max_train_samples=16", "data.max_eval_samples=32", "data.max_seq_length=32",
-         "hydra.sweeper.params.seed=1"]
+# Smoke: tiny data and batches, but each preset's own step counts (the matched-updates rows differ by them).
+SMOKE = ["train.batch_size=2", "data.max_train_samples=16", "data.max_eval_samples=32", "data.max_seq_length=32"]
+BASELINE = "pooling=mean"  # the baseline every floor row is paired with (--baseline)
+# Row selectors of deepen-report --contrast (deepen_run/report_contrasts.select).
+MEAN_BASE = "method=baseline pooling=mean duplicate_layers=[] max_steps=150 setup=single"
+PARTS: dict[str, dict] = {
+    "pilot": {"presets": ["floor_pilot", "floor_pilot_multi"], "contrasts": []},
+    "base": {"presets": ["floor_base", "floor_matched"],
+             "contrasts": [f"{MEAN_BASE}:method=baseline pooling=pooler"]},
+    "hire": {"presets": ["floor_hire", "floor_capacity"],
+             "contrasts": ["method=hire importance=dynamic extractor=true:extractor=false",
+                           "method=hire importance=dynamic extractor=true:method=hire importance=mean",
+                           "method=hire importance=dynamic extractor=true:method=hire importance=random"]},
+    "dup": {"presets": ["floor_dup"],
+            "contrasts": ["duplicate_layers=[1,2]:duplicate_layers=[1,4]", "duplicate_layers=[1,2]:duplicate_layers=[4,5]"]},
+    "multi": {"presets": ["floor_multi"], "needs": ["floor_matched"],
+              "contrasts": ["method=pals:method=baseline setup=single max_steps=300"]},
+    "sched": {"presets": ["floor_sched"], "needs": ["floor_multi"], "secondary": True,
+              "contrasts": ["method=pals schedule=proportional:method=pals schedule=annealed",
+                            "method=pals schedule=sqrt:method=pals schedule=annealed"]},
+    "gru": {"presets": ["floor_gru"], "needs": ["floor_hire"], "secondary": True,
+            "contrasts": ["gru_layers=1:method=hire gru_layers=2 importance=dynamic extractor=true",
+                          "gru_layers=3:method=hire gru_layers=2 importance=dynamic extractor=true"]},
+    "ablations": {"presets": ["abl_hire", "abl_duplicate", "abl_lr"], "contrasts": [], "own": True},
+}
+PRIMARY = ["pilot", "base", "hire", "dup", "multi"]
+LR_ENV = {"baseline": "DEEPEN_STUDY_LR_BASELINE", "hire": "DEEPEN_STUDY_LR_HIRE", "pals": "DEEPEN_STUDY_LR_PALS"}
+
+
+def draw_layers(k: int, seed: int, n_layers: int = 6) -> list[int]:
+    return sorted(random.Random(seed).sample(range(n_layers), k))
 
 
 def sh(cmd: list[str], env: dict | None = None, capture: bool = False) -> str:
     print("+ " + " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, env={**os.environ, **(env or {})}, text=True,
-                       stdout=subprocess.PIPE if capture else None)
-    if capture:
-        print(r.stdout, end="")
+    r = subprocess.run(cmd, env={**os.environ, **(env or {})}, text=True, stdout=subprocess.PIPE if capture else None)
     if r.returncode != 0:
-        sys.exit(f"study: {Path(cmd[0]).name} failed (exit {r.returncode})")
+        sys.exit(f"study: {Path(cmd[0]).name} failed (exit {r.returncode}); run the same command again to continue")
     return r.stdout or ""
+
+
+def lr_rule(out: Path, uri: str, sweeps: dict) -> dict[str, float]:
+    """Per method, the pilot's new_params_lr_scale with the higher average (baseline and HIRE on
+    single-task rows, PALs on multi-task ones) -> outputs/study-floor/lr_rule.json."""
+    ids = [x for p in PARTS["pilot"]["presets"] for x in ("--sweep-id", sweeps[p])]
+    table = json.loads(sh([str(BIN / "deepen-report"), "--uri", uri, "--experiment", "study-floor", "--json", *ids],
+                          capture=True))
+    best: dict[str, tuple[float, float]] = {}
+    for row in table["rows"]:
+        method, single = row["method"], row["setup"] == "single-task"
+        if (method == "pals") == single:
+            continue  # PALs' rule from multi-task rows, the others' from single-task rows
+        tasks = list(row["per_seed"])
+        avg = sum(v for t in tasks for v in row["per_seed"][t].values()) / sum(len(row["per_seed"][t]) for t in tasks)
+        scale = float(row["config"]["train.new_params_lr_scale"])
+        if method not in best or avg > best[method][1]:
+            best[method] = (scale, avg)
+    rule = {m: s for m, (s, _) in best.items()}
+    (out / "lr_rule.json").write_text(json.dumps({"rule": "per method, the pilot's (seed 0) better average of "
+                                                  "new_params_lr_scale 1 and 10", "scale": rule,
+                                                  "pilot_avg": {m: a for m, (_, a) in best.items()}}, indent=1))
+    print(f"study: new-parameter learning-rate scale per method: {rule}", flush=True)
+    return rule
+
+
+def report(uri: str, out: Path, ids: list[str], contrasts: list[str], own: bool = False) -> None:
+    cmd = [str(BIN / "deepen-report"), "--uri", uri, "--experiment", "study" if own else "study-floor",
+           "--out", str(out), "--seeds-csv", str(out / "seeds.csv")] + (["--tasks", "sst2,stsb"] if own else
+                                                                     ["--baseline", BASELINE])
+    cmd += [x for i in ids for x in ("--sweep-id", i)] + [x for c in contrasts for x in ("--contrast", c)]
+    sh(cmd)
+    json_out = sh(cmd + ["--json"], capture=True)
+    (out / "report.json").write_text(json_out)
+
+
+def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
+    part, t0 = PARTS[name], time.time()
+    env = {}
+    if name not in ("pilot", "ablations"):
+        rule_file = a.out / "lr_rule.json"
+        if not rule_file.is_file():
+            sys.exit("study: no learning-rate rule yet; run `make study PART=pilot` first")
+        env = {LR_ENV[m]: str(s) for m, s in json.loads(rule_file.read_text())["scale"].items() if m in LR_ENV}
+    for preset in part["presets"]:
+        sweep_dir = a.out / name / preset
+        sh([str(BIN / "deepen-run"), "-m", f"+study={preset}", f"tracking.uri={a.uri}", f"hydra.sweep.dir={sweep_dir}",
+            "resume=auto", *(SMOKE + ["hydra.sweeper.params.seed=1"] if a.smoke and name != "pilot" else
+                             SMOKE if a.smoke else []), *extra], env=env)
+        sweeps[preset] = json.loads((sweep_dir / "deepen_sweep.json").read_text())["sweep_id"]
+        (a.out / "sweeps.json").write_text(json.dumps(sweeps, indent=1))
+    if name == "pilot":
+        lr_rule(a.out, a.uri, sweeps)
+        return
+    own = part.get("own", False)
+    base = [] if own else ["floor_base"] + part.get("needs", [])
+    missing = [p for p in base if p not in sweeps]
+    if missing:
+        sys.exit(f"study: part {name} pairs with {', '.join(missing)}; run its part first (make study PART=base ...)")
+    report(a.uri, a.out / name, [sweeps[p] for p in dict.fromkeys(base + part["presets"])], part["contrasts"], own)
+    print(f"study: part {name} took {(time.time() - t0) / 60:.1f} min", flush=True)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="study", description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, default=ROOT / "outputs" / "study")
+    p.add_argument("--part", choices=list(PARTS), help="one part (default: every primary part, then the report)")
+    p.add_argument("--out", type=Path, default=ROOT / "outputs" / "study-floor")
     p.add_argument("--uri", default=f"sqlite:///{ROOT}/outputs/mlflow.db")
-    p.add_argument("--layers", help="layers to duplicate, e.g. [4,5]; default: ask deepen-probe")
     p.add_argument("--smoke", action="store_true", help="tiny scale, for a test of the pipeline")
-    p.add_argument("--resume", metavar="STAMP", help="continue the interrupted study STAMP (its sweeps dirs' "
-                   "<STAMP>-<grid>): each grid continues under its parent run with resume=auto, FINISHED jobs kept")
+    p.add_argument("--draw-layers", type=int, metavar="K", help="print the random K-layer draw and exit")
+    p.add_argument("--layer-seed", type=int, default=1)
     a, extra = p.parse_known_args()
+    if a.draw_layers:
+        print(draw_layers(a.draw_layers, a.layer_seed))
+        return
     a.out.mkdir(parents=True, exist_ok=True)
-    stamp, t0, times = a.resume or time.strftime("%Y%m%d-%H%M%S"), time.time(), {}
-    chosen = a.out / "sweeps" / f"{stamp}-layers.txt"  # the layers a resumed study must use again
-    layers = a.layers or (chosen.read_text().strip() if a.resume and chosen.is_file() else None)
-    if not layers:
-        probe = [str(BIN / "deepen-probe"), f"task.names={TASKS}", "probe.suggest=2", "probe.samples=128", "probe.progress=false",
-                 f"tracking.uri={a.uri}", f"hydra.run.dir={a.out}/probe-{stamp}"]
-        out = sh(probe + (["probe.samples=8"] if a.smoke else []), capture=True)
-        m = re.search(r"suggested: backbone\.duplicate_layers=(\[[\d, ]*\])", out)
-        if not m:
-            sys.exit("study: deepen-probe printed no suggestion")
-        layers = m.group(1)
-        times["probe"] = time.time() - t0
-    print(f"study: {stamp}; if it is interrupted, continue it with: make study STUDY_ARGS='--resume {stamp}'",
-          flush=True)
-    print(f"study: duplicating layers {layers}", flush=True)
-    chosen.parent.mkdir(parents=True, exist_ok=True)
-    chosen.write_text(f"{layers}\n")
-    sweeps = []
-    for grid in ("cpu_single", "cpu_multi"):
-        t = time.time()
-        sweep_dir = a.out / "sweeps" / f"{stamp}-{grid}"
-        grid_args = SMOKE + (["hydra.sweeper.params.task='rte,mrpc'"] if grid == "cpu_single" else []) \
-            if a.smoke else []
-        sh([str(BIN / "deepen-run"), "-m", f"+study={grid}", f"tracking.uri={a.uri}",
-            f"hydra.sweep.dir={sweep_dir}", *grid_args, *extra, *(["resume=auto"] if a.resume else [])],
-           env={"DEEPEN_STUDY_DUPLICATE": layers})
-        sweeps.append(json.loads((sweep_dir / "deepen_sweep.json").read_text())["sweep_id"])
-        times[grid] = time.time() - t
-    experiment = json.loads((sweep_dir / "deepen_sweep.json").read_text())["experiment"]
-    report = [str(BIN / "deepen-report"), "--uri", a.uri, "--experiment", experiment, "--out", str(a.out),
-              "--log-to-parent"] + [x for s in sweeps for x in ("--sweep-id", s)]
-    sh(report)
-    times["total"] = time.time() - t0
-    (a.out / "timing.json").write_text(json.dumps({"date": stamp, "sweeps": sweeps, "layers": layers,
-                                                   "seconds": times}, indent=1))
-    print("study: wall time " + "  ".join(f"{k} {v / 60:.1f} min" for k, v in times.items()))
+    sweeps = json.loads((a.out / "sweeps.json").read_text()) if (a.out / "sweeps.json").is_file() else {}
+    for name in [a.part] if a.part else PRIMARY:
+        run_part(name, a, extra, sweeps)
+    if not a.part:  # the whole primary study: every row and every primary contrast in one report
+        ids = [sweeps[p] for n in PRIMARY[1:] for p in PARTS[n]["presets"]]
+        report(a.uri, a.out / "all", ids, [c for n in PRIMARY for c in PARTS[n]["contrasts"]])
 
 
 if __name__ == "__main__":

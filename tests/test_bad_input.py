@@ -1,5 +1,5 @@
 """Every kind of bad input: one line naming the culprit, a non-zero exit, no traceback, no run
-left RUNNING, and nothing from the failed attempt in its run dir but its log.
+left RUNNING; the run dir the failed attempt made is gone, and a folder of the user's is untouched.
 
 Permission cases (chmod) are skipped as root: root reads and writes whatever the mode bits say,
 so there the bad input does not exist (the pre-flight asks os.access, which answers the same)."""
@@ -188,10 +188,43 @@ def test_bad_input(case, overrides, culprit, glue_dir, tmp_path):
         except AssertionError:  # the store exists but no experiment: no run either
             runs = []
         assert not runs, [r.info.status for r in runs]
-    # Composition errors stop before Hydra makes the dir; later ones leave only the log.
-    left = sorted(p.name for p in run_dir.iterdir()) if run_dir.exists() else []
-    assert left in ([], ["cli.log"]), left
+    # Composition errors stop before Hydra makes the dir; later ones remove the dir (and outputs/runs) it made.
+    assert not (tmp_path / "outputs").exists(), sorted(str(p) for p in (tmp_path / "outputs").rglob("*"))
     shutil.rmtree(tmp_path / "hf", ignore_errors=True)
+
+
+def user_folder(root: Path) -> dict[str, bytes]:
+    """A folder holding someone's work; returns its files' bytes to compare against afterwards."""
+    (root / "data").mkdir(parents=True)
+    (root / "paper.tex").write_text("x\n")
+    (root / "data" / "r.csv").write_text("a\n")
+    return snapshot(root)
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else b"<dir>" for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("case,overrides,culprit", [c if hasattr(c, "marks") else pytest.param(*c, id=c[0])
+                                                    for c in CASES])
+def test_bad_input_leaves_a_user_folder_alone(case, overrides, culprit, glue_dir, tmp_path):
+    """hydra.run.dir=<a folder of the user's>: refused (or a composition error) with one line, exit 2, and
+    not one byte of the folder changes: nothing removed, nothing added."""
+    made = Fixtures(tmp_path)
+    work = tmp_path / "thesis"
+    before = user_folder(work)
+    mine = [o.format_map(made) for o in overrides]
+    keys = {o.split("=", 1)[0].lstrip("+") for o in mine}
+    args = [a for a in ["backbone=tiny", f"data.glue_dir={glue_dir}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+                        f"hydra.run.dir={work}"] if a.split("=", 1)[0] not in keys] + mine
+    try:
+        r = cli(*args, timeout=HANG, env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    finally:
+        made.restore()
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("deepen-run: error: "), r.stderr
+    assert snapshot(work) == before
 
 
 # Cases the cheap pre-flight (deepen_run/preflight.cheap) must catch on its own.
@@ -267,7 +300,7 @@ def test_read_only_store_as_a_non_root_user_sees_it(tmp_path, monkeypatch):
     (tmp_path / "mlflow.db").write_bytes(b"")
     for locked, culprit in [(tmp_path / "mlflow.db", "mlflow.db is read-only"), (tmp_path, "is not writable")]:
         real = os.access
-        monkeypatch.setattr(os, "access", lambda p, mode, locked=locked: Path(p) != locked and real(p, mode))
+        monkeypatch.setattr(os, "access", lambda p, mode, locked=locked, real=real: Path(p) != locked and real(p, mode))
         t = OmegaConf.create({"uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "x"})
         with pytest.raises(UserError, match=culprit):
             tracking_store(t)

@@ -14,7 +14,7 @@ from deepen_run.errors import UserError
 from deepen_run.glue import get_tasks
 from deepen_run.layers import sources
 from deepen_run.methods import METHODS
-from deepen_run.methods.pals import pal_params_per_task
+from deepen_run.methods.pals.model import pal_params_per_task
 from deepen_run.model import count, param_report
 from deepen_run.preflight import check
 
@@ -46,10 +46,10 @@ def test_every_method_runs_on_the_deeper_backbone(method):
     assert sources(model.backbone) == [0, 1, 1, 1]
     model.eval()
     for task, n in [("sst2", 2), ("stsb", 1), ("rte", 2)]:
-        assert model(task, **token_batch()).shape == (3, n)
+        assert model(task, **token_batch()).logits.shape == (3, n)
     # What trains: every method here fine-tunes the encoder, copies included, exactly like their source.
     model.train()
-    model("sst2", **token_batch()).sum().backward()
+    model("sst2", **token_batch()).logits.sum().backward()
     for pos in range(4):
         assert all(p.requires_grad for p in layers[pos].parameters())
         assert layers[pos].intermediate.dense.weight.grad is not None, f"layer {pos} got no gradient"
@@ -80,7 +80,7 @@ def test_pals_closed_form_counts_a_pal_per_layer_copies_included(dup, depth):
 def test_pals_route_through_the_copies():
     model, _, _ = build("pals")
     model.train()
-    model("sst2", **token_batch()).sum().backward()
+    model("sst2", **token_batch()).logits.sum().backward()
     # The PAL of the last copy (position 3) trains: TS(h) was added inside that layer.
     assert model.pals["sst2"].attention[3].qkv.weight.grad is not None
     assert model.pals["rte"].attention[3].qkv.weight.grad is None
@@ -155,8 +155,7 @@ def test_pals_dry_run_prints_the_accounting(tmp_path):
 
 
 MINILM = ["task=rte", "backbone=minilm", "train.max_steps=4", "train.batch_size=8", "data.max_train_samples=64",
-          "data.max_eval_samples=64", "data.max_seq_length=64", "seed=7", "backbone.cosine_samples=32",
-          "method.cosine_samples=32"]
+          "data.max_eval_samples=64", "data.max_seq_length=64", "seed=7", "backbone.cosine_samples=32"]
 
 
 @pytest.mark.e2e
@@ -165,7 +164,6 @@ def test_duplicate_method_and_baseline_on_duplicated_backbone_give_identical_met
     common = [*MINILM, f"data.glue_dir={glue_dir}", f"tracking.uri={uri}"]
     old = cli("method=duplicate", "method.layers=[2,3]", *common, f"hydra.run.dir={tmp_path}/a")
     assert old.returncode == 0, old.stderr[-3000:]
-    # method.cosine_samples is not a baseline key: the same sample count through backbone.cosine_samples.
     new = cli("method=baseline", "backbone.duplicate_layers=[2,3]", *[a for a in common if not a.startswith("method.")],
               f"hydra.run.dir={tmp_path}/b")
     assert new.returncode == 0, new.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""method=duplicate (the baseline on a backbone deepened by deepen_run/duplication.py): layer surgery
+"""method=duplicate (the baseline on a backbone deepened by deepen_run/duplication.py, a preset): layer surgery
 contracts on a tiny random BERT, and one short MiniLM run."""
 import pytest
 import torch
@@ -10,7 +10,7 @@ from deepen_run import duplication
 from deepen_run.errors import UserError
 from deepen_run.glue import get_tasks
 from deepen_run.layers import layer_order, original_positions, sources
-from deepen_run.methods import duplicate
+from deepen_run.methods import METHODS
 from deepen_run.runner import check
 
 
@@ -20,7 +20,7 @@ def build(layers, seed=0):
     backbone = bb.load_model(cfg.backbone)
     original = [{k: v.clone() for k, v in layer.state_dict().items()} for layer in backbone.encoder.layer]
     duplication.apply(backbone, cfg)  # the runner's step before any method builds
-    model = duplicate.build(backbone, cfg.method, get_tasks(["sst2"]))
+    model = METHODS["duplicate"].build(backbone, cfg.method, get_tasks(["sst2"]))
     return model, original
 
 
@@ -80,7 +80,7 @@ def test_copy_and_source_train_independently():
     # A step that only updates the copy leaves its source unchanged.
     before = {k: v.clone() for k, v in src.state_dict().items()}
     opt = torch.optim.SGD(cp.parameters(), lr=1.0)
-    model("sst2", **token_batch()).sum().backward()
+    model("sst2", **token_batch()).logits.sum().backward()
     opt.step()
     assert all(torch.equal(src.state_dict()[k], v) for k, v in before.items())
     assert not same(src, cp)
@@ -88,7 +88,7 @@ def test_copy_and_source_train_independently():
     model, _ = build([0])
     src, cp = model.backbone.encoder.layer[0], model.backbone.encoder.layer[1]
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    model("sst2", **token_batch()).sum().backward()
+    model("sst2", **token_batch()).logits.sum().backward()
     assert not torch.equal(src.intermediate.dense.weight.grad, cp.intermediate.dense.weight.grad)
     opt.step()
     assert not same(src, cp)
@@ -126,7 +126,7 @@ def test_invalid_indices_fail_in_the_cheap_checks(glue_dir):
 @pytest.mark.subprocess
 def test_minilm_run_records_depth_and_cosine(glue_dir, mlflow_uri):
     r = cli("method=duplicate", "method.layers=[2]", "task=sst2", "backbone=minilm", f"data.glue_dir={glue_dir}",
-            "data.max_train_samples=32", "data.max_eval_samples=32", "method.cosine_samples=32",
+            "data.max_train_samples=32", "data.max_eval_samples=32", "backbone.cosine_samples=32",
             "train.max_steps=2", "train.batch_size=8", f"tracking.uri={mlflow_uri}")
     assert r.returncode == 0, r.stderr[-3000:]
     client, (run,) = runs_of(mlflow_uri)
@@ -139,3 +139,53 @@ def test_minilm_run_records_depth_and_cosine(glue_dir, mlflow_uri):
     # The copies are counted apart from what a method adds (params/method: nothing, as the baseline).
     assert m["params/duplicated"] == 1774464  # one MiniLM layer: attention 4*(384*384+384) + 2 LN + FFN
     assert m["params/method"] == 0
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_gated_copies_compute_the_original_function_at_step_0(method):
+    # backbone.duplicate_init=gated: h + g (copy(h) - h) with g = 0 is the identity, for every method;
+    # each gate is a new parameter (new_params_lr_scale) and learns from the first step.
+    from deepen_run import backbone_steps
+    from deepen_run.model import new_parameters
+    from deepen_run.train import optimizer_for
+
+    torch.manual_seed(0)
+    plain = bb.load_model(make_cfg("backbone=tiny").backbone).eval()
+    x = token_batch()
+    with torch.no_grad():
+        want = plain(**x, output_hidden_states=True)
+    cfg = make_cfg("backbone=tiny", f"method={method}", "backbone.duplicate_layers=[0,1,1]",
+                   "backbone.duplicate_init=gated", "train.new_params_lr_scale=10")
+    torch.manual_seed(0)
+    backbone = bb.load_model(cfg.backbone)
+    loaded = tuple(backbone.parameters())
+    added = backbone_steps.apply(backbone, cfg)
+    assert len(added.new) == 3 and all(g.item() == 0 for g in added.new)
+    model = METHODS[method].build(backbone, cfg.method, get_tasks(["sst2"])).eval()
+    with torch.no_grad():
+        got = model.backbone(**x, output_hidden_states=True)
+    assert torch.equal(got.last_hidden_state, want.last_hidden_state)
+    # hidden_states (what HIRE reads) carry the gated outputs: a copy's equals its source's.
+    assert torch.equal(got.hidden_states[2], want.hidden_states[1])
+    assert torch.equal(got.hidden_states[4], got.hidden_states[5])
+    new = new_parameters(model, loaded, added)
+    opt = optimizer_for(model, cfg.train, "cpu", new)
+    lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert all(lr_of[id(g)] == pytest.approx(10 * cfg.train.learning_rate) for g in added.new)
+    assert all(lr_of[id(p)] == pytest.approx(cfg.train.learning_rate) for p in added.copied)
+    model.train()
+    model("sst2", **x).logits.sum().backward()
+    assert all(g.grad is not None and g.grad.item() != 0 for g in added.new)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_minilm_gated_copies_start_at_the_original_function(glue_dir, mlflow_uri):
+    r = cli("backbone.duplicate_layers=[2]", "backbone.duplicate_init=gated", "task=rte", "backbone=minilm",
+            f"data.glue_dir={glue_dir}", "data.max_train_samples=16", "data.max_eval_samples=16",
+            "backbone.cosine_samples=16", "train.max_steps=1", "train.batch_size=8", f"tracking.uri={mlflow_uri}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    _, (run,) = runs_of(mlflow_uri)
+    assert run.data.metrics["duplicate/cosine_before_finetune"] >= 0.99999
+    assert run.data.metrics["model/num_layers"] == 7 and run.data.params["backbone.duplicate_init"] == "gated"

@@ -11,8 +11,8 @@ from conftest import cli, make_cfg, runs_of
 from deepen_run import backbone as bb
 from deepen_run.errors import UserError
 from deepen_run.glue import get_tasks
-from deepen_run.methods import hire
-from deepen_run.model import count
+from deepen_run.methods.hire import model as hire
+from deepen_run.model import count, pool
 from deepen_run.runner import check
 from deepen_run.train import optimizer_for
 
@@ -54,9 +54,9 @@ def test_extra_padding_leaves_logits_unchanged(opts):
     model, _ = build(*opts)
     model.eval()
     with torch.no_grad():
-        tight = model("sst2", **batch())
-        padded = model("sst2", **batch(pad=6))
-        alone = model("sst2", **{k: v[3:, :2] for k, v in batch().items()})  # the short one, unpadded
+        tight = model("sst2", **batch()).logits
+        padded = model("sst2", **batch(pad=6)).logits
+        alone = model("sst2", **{k: v[3:, :2] for k, v in batch().items()}).logits  # the short one, unpadded
     assert torch.allclose(tight, padded, atol=1e-5), (tight - padded).abs().max()
     assert torch.allclose(tight[3:], alone, atol=1e-5)
 
@@ -82,7 +82,7 @@ def test_bigru_equals_a_packed_bidirectional_gru():
 def test_gradients_reach_backbone_and_both_grus():
     model, _ = build()
     model.train()
-    model("sst2", **batch()).sum().backward()
+    model("sst2", **batch()).logits.sum().backward()
     block = model.hire["shared"]
 
     def moved(p):
@@ -132,10 +132,28 @@ def test_parameter_count_matches_the_formula(k, importance, shared):
     assert count(model.heads) == heads
 
 
+def test_capacity_control_is_hires_fusion_and_head_on_the_last_layer_alone():
+    # method.extractor=false: no extractor; the fusion reads M = [R; R; 2R; R*R] from the last layer,
+    # so the intermediate layers cannot change the output, and it has the fusion's parameters exactly.
+    model, _ = build("method.extractor=false")
+    mean, _ = build("method.importance=mean")
+    assert model.hire["shared"].extractor is None
+    assert count(model) == count(mean)  # importance=mean: the same fusion and head, no extractor either
+    assert count(model) - count(model.backbone) - count(model.heads) == gru_params(4 * D, D // 2, 2)
+    model.eval()
+    b = batch()
+    r = model.backbone(**b, output_hidden_states=True).hidden_states[-1]
+    mask = b["attention_mask"]
+    fused = model.hire["shared"].fuse(torch.cat([r, r, 2 * r, r * r], -1), mask.sum(1), mask)
+    assert torch.allclose(model("stsb", **b).logits, model.heads["stsb"](pool(fused, mask, model.cfg.pool)), atol=1e-6)
+    with pytest.raises(UserError, match="method.extractor=false"):
+        check(make_cfg("method=hire", "method.extractor=false", "method.importance=mean"))
+
+
 def test_one_hire_per_task_when_not_shared():
     model, _ = build("method.shared=false")
     assert sorted(model.hire) == sorted(TASKS)
-    model("stsb", **batch()).sum().backward()
+    model("stsb", **batch()).logits.sum().backward()
     assert model.hire["stsb"].fuse.layers[0]["fwd"].weight_hh_l0.grad is not None
     assert model.hire["sst2"].fuse.layers[0]["fwd"].weight_hh_l0.grad is None
 
@@ -146,7 +164,7 @@ def test_new_parameters_follow_the_train_level_rule():
     lr = make_cfg().train.learning_rate
     for scale in (1.0, 10.0):
         model, cfg = build(f"train.new_params_lr_scale={scale}")
-        opt = optimizer_for(model, cfg.train, "cpu")
+        opt = optimizer_for(model, cfg.train, "cpu", model.new_parameters())
         lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
         assert lr_of[id(model.backbone.embeddings.word_embeddings.weight)] == pytest.approx(lr)
         assert lr_of[id(model.hire["shared"].fuse.layers[1]["bwd"].weight_ih_l0)] == pytest.approx(scale * lr)

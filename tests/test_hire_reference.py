@@ -1,4 +1,4 @@
-"""HIRE recomputed by hand (METHODS.md §1) from the module's own weights and the backbone's
+"""HIRE recomputed by hand (docs/methods.md, section HIRE) from the module's own weights and the backbone's
 hidden states, and compared with the model in float64: which hidden states the extractor reads,
 the layer summaries s_j, importances alpha = softmax_j(w^T s_j), A = sum_j alpha_j H_j, R = H_L,
 M = [R; A; R+A; R*A], the fusion BiGRU's output, the pooled vector and the logits.
@@ -14,7 +14,7 @@ from conftest import make_cfg
 from deepen_run import backbone as bb
 from deepen_run import layers as surgery
 from deepen_run.glue import get_tasks
-from deepen_run.methods import hire
+from deepen_run.methods.hire import model as hire
 
 TASKS = ["sst2", "stsb"]
 LENGTHS = (9, 5, 7, 2)
@@ -105,7 +105,7 @@ def run_model(model, task, inputs):
                block.fuse.register_forward_hook(keep("fuse"), with_kwargs=True)]
     try:
         with torch.no_grad():
-            logits = model(task, **inputs)
+            logits = model(task, **inputs).logits
             pooled, alpha = model.features(task, **inputs)
     finally:
         for h in handles:

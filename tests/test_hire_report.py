@@ -15,8 +15,8 @@ from deepen_run.context import RunContext
 from deepen_run.evaluation import evaluate
 from deepen_run.fast import make_accelerator
 from deepen_run.glue import get_tasks
-from deepen_run.methods.hire_report import snippet
-from deepen_run.methods import hire
+from deepen_run.methods.hire.report import snippet
+from deepen_run.methods.hire import model as hire
 from deepen_run.predict import batch_inputs
 from deepen_run.tracking import Tracker
 
@@ -44,7 +44,7 @@ def test_report_uses_the_evaluation_and_matches_a_separate_pass(glue_dir, mlflow
     tracker = Tracker(mlflow_uri, "hire-report")
     tracker.check()
     tracker.start("report", {})
-    hire.after_train(model, RunContext(cfg, tasks, data, tok, tracker, acc, None, evaluation=ev))
+    hire.after_train(model, RunContext(cfg, tasks, data, tok, tracker, acc, evaluation=ev))
     tracker.end("FINISHED")
     assert len(forwards) == sum(len(dl) for dl in dev.values())  # the report ran nothing through the model
 

@@ -10,9 +10,10 @@ from conftest import make_cfg, token_batch
 from deepen_run import backbone as bb
 from deepen_run.config import ROOT
 from deepen_run.glue import get_tasks
-from deepen_run.methods import METHODS, config_of, contract, hook
+from deepen_run import backbone_steps
+from deepen_run.methods import FOLDERS, METHODS, NAMES, config_of, contract, hook, owner, schema_of
+from deepen_run.model import EncoderClassifier, count, new_parameters, param_report
 from deepen_run.redact import public_config
-from deepen_run.model import count, param_report
 from deepen_run.train import optimizer_for
 
 TASKS = ["sst2", "stsb", "rte"]
@@ -30,7 +31,7 @@ def build(method: str, *extra):
 @pytest.mark.parametrize("method", list(METHODS))
 def test_method_yaml_name_and_module_agree(method):
     assert make_cfg(f"method={method}").method.name == method
-    assert METHODS[method].__name__.rsplit(".", 1)[-1] == method
+    assert METHODS[method].__name__ == f"deepen_run.methods.{owner(method)}.model"
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -38,14 +39,14 @@ def test_output_shapes(method):
     model, _ = build(method)
     model.eval()
     for task, n in [("sst2", 2), ("stsb", 1), ("rte", 2)]:
-        assert model(task, **token_batch()).shape == (3, n)
+        assert model(task, **token_batch()).logits.shape == (3, n)
 
 
 @pytest.mark.parametrize("method", list(METHODS))
 def test_trainable_parameters_get_gradients(method):
     model, _ = build(method)
     model.train()
-    model("sst2", **token_batch()).sum().backward()
+    model("sst2", **token_batch()).logits.sum().backward()
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable
     # The active task's head and the backbone's top layer (if it trains) get gradients.
@@ -74,15 +75,15 @@ def test_baseline_adds_nothing_but_heads():
 @pytest.mark.parametrize("scale", [1.0, 10.0])
 @pytest.mark.parametrize("method", list(METHODS))
 def test_new_parameters_get_the_same_lr_rule_in_every_method(method, scale):
-    # Fair comparisons: whatever the method, what starts from scratch (everything outside the
-    # backbone: heads, HIRE's GRUs, PALs) trains at lr x scale, the pretrained backbone at lr.
-    extra = ["method.layers=[0]"] if method == "duplicate" else []
-    model, _ = build(method, f"train.new_params_lr_scale={scale}", *extra)
+    # Fair comparisons: whatever the method, what it declares new (heads, HIRE's GRUs, PALs) trains
+    # at lr x scale, the pretrained backbone at lr.
+    model, _ = build(method, f"train.new_params_lr_scale={scale}")
     tcfg = make_cfg(f"train.new_params_lr_scale={scale}").train
     lr = tcfg.learning_rate
-    opt = optimizer_for(model, tcfg, "cpu")
-    lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
     backbone = {id(p) for p in model.backbone.parameters()}
+    opt = optimizer_for(model, tcfg, "cpu", new_parameters(model, tuple(model.backbone.parameters()),
+                                                           backbone_steps.Added()))
+    lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     assert len(lr_of) == len(trainable)  # every trainable tensor is in exactly one group
     new = [n for n, p in trainable if id(p) not in backbone]
@@ -96,6 +97,69 @@ def test_new_parameters_get_the_same_lr_rule_in_every_method(method, scale):
         assert lr_of[id(model.backbone.pooler.dense.weight)] == pytest.approx(lr)  # pretrained
     method_new = {n.split(".")[0] for n in new} - {"heads"}
     assert method_new == {"hire": {"hire"}, "pals": {"pals"}}.get(method, set())
+
+
+class InsideAdapter(EncoderClassifier):
+    """A toy LoRA-style method: a low-rank update of layer 0's query projection, its weights living
+    inside the backbone (where the old rule, "outside model.backbone = new", would miss them)."""
+
+    def __init__(self, backbone, tasks):
+        super().__init__(backbone, tasks, pooling="cls")
+        query = backbone.encoder.layer[0].attention.self.query
+        query.lora_a = torch.nn.Parameter(torch.randn(4, query.in_features) * 0.01)
+        query.lora_b = torch.nn.Parameter(torch.zeros(query.out_features, 4))
+        query.register_forward_hook(lambda m, args, out: out + args[0] @ m.lora_a.t() @ m.lora_b.t())
+        self.adapted = query
+
+    def new_parameters(self):
+        return [self.adapted.lora_a, self.adapted.lora_b, *super().new_parameters()]
+
+
+class OutsideGate(EncoderClassifier):
+    """A toy method whose new weights sit outside the backbone: a learned scale per hidden unit."""
+
+    def __init__(self, backbone, tasks):
+        super().__init__(backbone, tasks, pooling="cls")
+        self.scale = torch.nn.Parameter(torch.ones(backbone.config.hidden_size))
+
+    def encode(self, task, input_ids, attention_mask, token_type_ids=None):
+        return super().encode(task, input_ids, attention_mask, token_type_ids) * self.scale
+
+    def new_parameters(self):
+        return [self.scale, *super().new_parameters()]
+
+
+@pytest.mark.parametrize("toy,own", [(InsideAdapter, 2), (OutsideGate, 1)])
+@pytest.mark.parametrize("dup", [[], [1]])
+def test_a_new_method_gets_the_lr_rule_for_exactly_its_declared_weights(toy, own, dup):
+    # A fourth method only implements the contract (build, new_parameters): train.py is untouched,
+    # and its new weights train at new_params_lr_scale x lr wherever they sit; with duplicated
+    # layers (plain copies) the copies stay at 1x.
+    cfg = make_cfg("backbone=tiny", "train.new_params_lr_scale=10", f"backbone.duplicate_layers={dup}")
+    torch.manual_seed(0)
+    backbone = bb.load_model(cfg.backbone)
+    loaded = tuple(backbone.parameters())
+    added = backbone_steps.apply(backbone, cfg)
+    model = toy(backbone, get_tasks(TASKS))
+    new = {id(p) for p in new_parameters(model, loaded, added)}
+    opt = optimizer_for(model, cfg.train, "cpu", new_parameters(model, loaded, added))
+    lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    lr = cfg.train.learning_rate
+    assert len(new) == own + len(list(model.heads.parameters()))
+    for name, p in model.named_parameters():
+        assert lr_of[id(p)] == pytest.approx(10 * lr if id(p) in new else lr), name
+    model("sst2", **token_batch()).logits.sum().backward()  # the toy trains like any method
+    assert all(p.grad is not None for p in model.new_parameters() if p in set(model.heads["sst2"].parameters()))
+
+
+def test_an_undeclared_new_parameter_is_an_error():
+    cfg = make_cfg("backbone=tiny")
+    backbone = bb.load_model(cfg.backbone)
+    loaded = tuple(backbone.parameters())
+    model = OutsideGate(backbone, get_tasks(TASKS))
+    model.new_parameters = lambda: list(model.heads.parameters())  # forgets its scale
+    with pytest.raises(RuntimeError, match="does not declare in new_parameters.*: scale"):
+        new_parameters(model, loaded, backbone_steps.Added())
 
 
 # The explicit contract (deepen_run/methods/contract.py), checked for every registered method.
@@ -132,7 +196,7 @@ def test_hook_defaults_to_a_no_op_and_knows_only_declared_names():
         hook(METHODS["hire"], "after_trian")
 
 
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("method", FOLDERS)
 def test_defaults_live_only_in_the_dataclass(method):
     # conf/method/<name>.yaml only selects the schema: composing it gives exactly Config()'s values,
     # and changing a dataclass default changes the run (no YAML copy to fall out of step).
@@ -141,6 +205,16 @@ def test_defaults_live_only_in_the_dataclass(method):
     composed = OmegaConf.to_container(make_cfg(f"method={method}").method, enum_to_str=True)
     assert composed == OmegaConf.to_container(OmegaConf.structured(config_of(method).Config()), enum_to_str=True)
     assert composed["name"] == method
+
+
+@pytest.mark.parametrize("preset", sorted(set(NAMES) - set(FOLDERS)))
+def test_a_preset_is_configuration_of_its_method(preset):
+    # Its schema is its method's Config plus its own keys; its model is its method's.
+    cfg = make_cfg(f"method={preset}")
+    assert issubclass(schema_of(preset), config_of(preset).Config)
+    assert METHODS[preset] is METHODS[owner(preset)]
+    composed = OmegaConf.to_container(cfg.method, enum_to_str=True)
+    assert composed == OmegaConf.to_container(OmegaConf.structured(schema_of(preset)()), enum_to_str=True)
 
 
 def test_choice_options_are_plain_strings_where_the_run_uses_them():

@@ -1,4 +1,4 @@
-"""method=pals (METHODS.md §2): where the projected attention sits, task routing, what trains, the
+"""method=pals (docs/methods.md, section PALs): where the projected attention sits, task routing, what trains, the
 attention mask, the exact parameter accounting, and the paper's annealed schedule."""
 import copy
 import math
@@ -11,7 +11,7 @@ from conftest import make_cfg, runs_of
 from deepen_run import backbone as bb
 from deepen_run.errors import UserError
 from deepen_run.glue import get_tasks
-from deepen_run.methods import pals
+from deepen_run.methods.pals import model as pals
 from deepen_run.model import count, param_report, task_loss
 from deepen_run.preflight import method_checks
 from deepen_run.sampling import TaskSampler, epoch_length
@@ -75,7 +75,7 @@ def test_matches_the_block_computed_by_hand():
             ts = F.gelu(tp.decoder(mha))
             h = layer.output.LayerNorm(layer.output.dense(layer.intermediate(a)) + a + ts)
         want = model.heads["rte"](bert.pooler(h))
-        got = model("rte", **x)
+        got = model("rte", **x).logits
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
@@ -85,10 +85,10 @@ def test_zero_pals_give_the_plain_backbone_and_forward_leaves_no_state():
     x = batch()
     with torch.no_grad():
         plain = model.heads["sst2"](model.backbone(**x).pooler_output)  # no task routed: plain BERT
-        with_pals = model("sst2", **x)
+        with_pals = model("sst2", **x).logits
         assert not torch.allclose(with_pals, plain, atol=1e-7)
         model.pals["sst2"].decoder.weight.zero_()
-        torch.testing.assert_close(model("sst2", **x), plain)
+        torch.testing.assert_close(model("sst2", **x).logits, plain)
     assert model._task is None and model._keep is None and not model._pending
 
 
@@ -100,10 +100,10 @@ def test_padding_does_not_change_logits():
     padded = {k: F.pad(v, (0, 5)) for k, v in x.items()}  # 5 pad tokens (id 0, mask 0) on the right
     with torch.no_grad():
         for t in TASKS:
-            torch.testing.assert_close(model(t, **padded), model(t, **x), atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(model(t, **padded).logits, model(t, **x).logits, atol=1e-5, rtol=1e-4)
         # The mask matters: attending to the pads (mask all ones) moves the logits.
-        assert not torch.allclose(model("rte", **{**padded, "attention_mask": torch.ones_like(padded["input_ids"])}),
-                                  model("rte", **x), atol=1e-3)
+        assert not torch.allclose(model("rte", **{**padded, "attention_mask": torch.ones_like(padded["input_ids"])}).logits,
+                                  model("rte", **x).logits, atol=1e-3)
 
 
 def test_routing_isolation():
@@ -111,21 +111,21 @@ def test_routing_isolation():
     model.eval()
     x = batch()
     with torch.no_grad():
-        before = {t: model(t, **x) for t in TASKS}
+        before = {t: model(t, **x).logits for t in TASKS}
         for p in model.pals["sst2"].parameters():
             p.add_(torch.randn_like(p))
-        after = {t: model(t, **x) for t in TASKS}
+        after = {t: model(t, **x).logits for t in TASKS}
     assert not torch.allclose(after["sst2"], before["sst2"])
     assert torch.equal(after["rte"], before["rte"]) and torch.equal(after["stsb"], before["stsb"])
     # A copy routes through its own PALs, not the original's.
     twin = copy.deepcopy(model)
     with torch.no_grad():
         twin.pals["rte"].decoder.weight.zero_()
-        assert torch.equal(model("rte", **x), before["rte"])
-        assert not torch.equal(twin("rte", **x), before["rte"])
+        assert torch.equal(model("rte", **x).logits, before["rte"])
+        assert not torch.equal(twin("rte", **x).logits, before["rte"])
     # Training one task sends no gradient into another task's PALs.
     model.train()
-    model("rte", **x).sum().backward()
+    model("rte", **x).logits.sum().backward()
     assert all(p.grad is not None for p in model.pals["rte"].parameters())
     assert all(p.grad is None for t in ("sst2", "stsb") for p in model.pals[t].parameters())
 
@@ -135,11 +135,11 @@ def test_frozen_backbone_trains_only_pals_and_heads():
     trainable = {n.split(".")[0] for n, p in model.named_parameters() if p.requires_grad}
     assert trainable == {"pals", "heads"}
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    opt = optimizer_for(model, cfg.train, "cpu")
+    opt = optimizer_for(model, cfg.train, "cpu", model.new_parameters())
     model.train()
     for step, task in enumerate(["sst2", "rte", "sst2"]):
         x = batch(seed=step)
-        loss = task_loss(model(task, **x), torch.tensor([0, 1, 1, 0]), regression=False)
+        loss = task_loss(model(task, **x).logits, torch.tensor([0, 1, 1, 0]), regression=False)
         loss.backward()
         opt.step()
         opt.zero_grad()

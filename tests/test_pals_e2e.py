@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli, runs_of
-from deepen_run.methods.pals import pal_params_per_task
+from deepen_run.methods.pals.model import pal_params_per_task
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.subprocess]
 

@@ -139,3 +139,170 @@ def test_a_seed_run_twice_counts_once_and_tasks_restricts_every_column(mlflow_ur
     assert e.value.code == 2
     assert capsys.readouterr().err.strip() == ("deepen-report: error: --tasks 'rte,sst-2': sst-2 is not a GLUE task; "
                                                "choose from " + ", ".join(report.TASKS))
+
+
+def test_backbone_path_and_glue_dir_separate_rows(mlflow_uri, tmp_path):
+    # Another checkpoint or another copy of GLUE is another experiment, even with every other setting equal.
+    other = tmp_path / "glue2"
+    for seed in (1, 2):
+        log_run(mlflow_uri, ["task=rte", f"seed={seed}"], rte(60.0))
+        log_run(mlflow_uri, ["task=rte", f"seed={seed}", "backbone.path=/ckpt/minilm-ft"], rte(70.0))
+        log_run(mlflow_uri, ["task=rte", f"seed={seed}", f"data.glue_dir={other}"], rte(80.0))
+    rows = report.build(report.load_runs(mlflow_uri, EXP, {}))["rows"]
+    assert sorted(r["rte"]["mean"] for r in rows) == pytest.approx([60.0, 70.0, 80.0])
+    assert all(r["n"] == 2 for r in rows)
+    labels = " | ".join(r["settings"] for r in rows)
+    assert "backbone.path=/ckpt/minilm-ft" in labels and f"data.glue_dir={other}" in labels
+
+
+def test_an_ambiguous_baseline_is_an_error_naming_the_candidates_and_the_flag(mlflow_uri, capsys):
+    for seed, (mean_pool, pooler, hire) in zip((1, 2, 3), ((80.0, 60.0, 82.0), (81.0, 62.0, 84.0), (79.0, 61.0, 80.0))):
+        log_run(mlflow_uri, ["method=baseline", "method.pooling=mean", "task=rte", f"seed={seed}"], rte(mean_pool))
+        log_run(mlflow_uri, ["method=baseline", "method.pooling=pooler", "task=rte", f"seed={seed}"], rte(pooler))
+        log_run(mlflow_uri, ["method=hire", "task=rte", f"seed={seed}"], rte(hire))
+    args = ["--uri", mlflow_uri, "--experiment", EXP]
+    with pytest.raises(SystemExit) as e:
+        report.main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after MLflow's own store-creation log
+    assert err.startswith("deepen-report: error: row 3 (hire, single-task, -) has 2 candidate baselines: "
+                          "row 1 (pooling=mean), row 2 (pooling=pooler); pick one with --baseline")
+    runs = report.load_runs(mlflow_uri, EXP, {})
+    for pick in ("pooling=mean", "1"):
+        rows = report.build(runs, baselines=[pick])["rows"]
+        assert rows[2]["baseline"] == 1 and rows[2]["delta"]["mean"] == pytest.approx(2.0)
+        assert rows[0]["baseline"] == 1 and rows[1]["baseline"] == 2  # a baseline row is its own
+    # A named contrast: the two poolings, paired by seed (differences 20, 19, 18).
+    table = report.build(runs, baselines=["pooling=mean"], contrasts=["pooling=mean:pooling=pooler"])
+    (c,) = [c for c in table["contrasts"] if c["a"] == 1 and c["b"] == 2]
+    half = stats.t.ppf(0.975, 2) * 1.0 / math.sqrt(3)
+    assert c["task"] == "rte" and c["n"] == 3 and c["mean"] == pytest.approx(19.0)
+    assert (c["lo"], c["hi"]) == (pytest.approx(19.0 - half), pytest.approx(19.0 + half))
+    assert c["p"] == pytest.approx(stats.ttest_1samp([20.0, 19.0, 18.0], 0).pvalue)
+    with pytest.raises(report.UserError, match="must match exactly one row, it matches row 1"):
+        report.build(runs, baselines=["pooling=mean"], contrasts=["method=baseline:method=hire"])
+
+
+def test_holm_adjusts_over_every_contrast_of_the_report():
+    from deepen_run.report_contrasts import holm
+
+    # m = 4 (None is no test): sorted 0.01, 0.02, 0.03, 0.04 -> 0.04, 0.06, 0.06 (monotone), 0.06.
+    assert holm([0.04, None, 0.01, 0.03, 0.02]) == [pytest.approx(0.06), None, pytest.approx(0.04),
+                                                    pytest.approx(0.06), pytest.approx(0.06)]
+    assert holm([0.5, 0.9]) == [pytest.approx(1.0), pytest.approx(1.0)]
+
+
+def test_a_seed_run_twice_is_shown_and_marked_when_its_values_differ(mlflow_uri, tmp_path):
+    for seed, acc in ((1, 60.0), (2, 64.0)):
+        log_run(mlflow_uri, ["task=rte", f"seed={seed}"], rte(acc))
+    log_run(mlflow_uri, ["task=rte", "seed=1"], rte(60.0))  # a deterministic rerun: agrees
+    log_run(mlflow_uri, ["task=rte", "seed=2"], rte(66.0))  # disagrees
+    table = report.build(report.load_runs(mlflow_uri, EXP, {}))
+    (row,) = table["rows"]
+    assert row["n"] == 2 and row["per_seed"]["rte"] == {"1": pytest.approx(60.0), "2": pytest.approx(65.0)}
+    md = report.to_markdown(table)
+    assert md.splitlines()[2].startswith("| 1† | ")
+    assert "Row 1: seed 1 of rte ran 2 times, same value (60.00, 60.00); counted once." in md
+    assert "† Row 1: seed 2 of rte ran 2 times with different values (64.00, 66.00); their mean is used." in md
+    lines = list(csv.DictReader(report.seeds_csv(table).splitlines()))
+    assert [(x["task"], x["seed"], float(x["value"]), x["runs"]) for x in lines] == \
+        [("rte", "1", 60.0, "2"), ("rte", "2", 65.0, "2")]
+
+
+TINY = ["backbone=tiny", "train.max_steps=2", "train.batch_size=8", "train.learning_rate=1e-3",
+        "data.max_train_samples=32", "data.max_eval_samples=64", "data.max_seq_length=32"]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_json_contrasts_are_recomputed_from_per_seed_which_equals_mlflow(tmp_path, glue_dir):
+    import json
+
+    from conftest import cli, runs_of
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    r = cli("-m", "method=baseline,hire", "seed=1,2,3", "task=sst2,stsb", *TINY, f"tracking.uri={uri}",
+            f"hydra.sweep.dir={tmp_path}/sweep")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = report_cli("--uri", uri, "--json", "--seeds-csv", str(tmp_path / "seeds.csv"),
+                     "--contrast", "method=hire:method=baseline")
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    out = json.loads(rep.stdout)
+    rows = {r["method"]: r for r in out["rows"]}
+    assert set(rows) == {"baseline", "hire"} and all(r["n"] == 3 for r in rows.values())
+    # per_seed: the runs' own logged metrics, read back from MLflow (x100; STS-B: Pearson/Spearman mean).
+    _, runs = runs_of(uri)
+    for run in (x for x in runs if x.data.tags.get("sweep_role") == "child"):
+        m, t, seed = run.data.metrics, run.data.tags["task"], run.data.tags["seed"]
+        want = 100 * (m["eval/sst2/accuracy"] if t == "sst2" else (m["eval/stsb/pearson"] + m["eval/stsb/spearmanr"]) / 2)
+        assert rows[run.data.tags["method"]]["per_seed"][t][seed] == pytest.approx(want, abs=1e-9)
+    # Every contrast, recomputed from per_seed with scipy: the paired t interval and its p.
+    cs = {c["task"]: c for c in out["contrasts"]}
+    assert set(cs) == {"sst2", "stsb", "avg"} and len(out["contrasts"]) == 3  # hire:baseline is the default one
+    a, b = rows["hire"], rows["baseline"]
+    diffs = {t: [a["per_seed"][t][s] - b["per_seed"][t][s] for s in ("1", "2", "3")] for t in ("sst2", "stsb")}
+    diffs["avg"] = [(x + y) / 2 for x, y in zip(diffs["sst2"], diffs["stsb"])]
+    ps = []
+    for task, d in diffs.items():
+        c, t = cs[task], stats.ttest_1samp(d, 0)
+        ci = t.confidence_interval(0.95)
+        assert (c["a"], c["b"], c["n"]) == (a["id"], b["id"], 3)
+        assert c["mean"] == pytest.approx(sum(d) / 3)
+        assert (c["lo"], c["hi"], c["p"]) == (pytest.approx(ci.low), pytest.approx(ci.high), pytest.approx(t.pvalue))
+        ps.append((t.pvalue, task))
+    for rank, (p, task) in enumerate(sorted(ps)):  # Holm over the 3: the k-th smallest times (3 - k), monotone
+        assert cs[task]["p_holm"] >= min(1.0, (3 - rank) * p) - 1e-12
+    lines = list(csv.DictReader(open(tmp_path / "seeds.csv")))
+    assert len(lines) == 2 * 2 * 3  # (row, task, seed)
+    assert {(x["method"], x["task"], x["seed"]): float(x["value"]) for x in lines} == \
+        {(m, t, s): pytest.approx(rows[m]["per_seed"][t][s]) for m in rows for t in ("sst2", "stsb") for s in "123"}
+
+
+def report_cli(*args: str):
+    """deepen-report in a fresh process, as a user runs it (it takes no Hydra overrides)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("deepen-report")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=600)
+
+
+def git(repo, *args) -> str:
+    import subprocess
+
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_row_of_two_commits_is_marked_and_its_footnote_names_them(tmp_path, glue_dir):
+    """The real mechanism: runs record the commit of the code they ran (git rev-parse HEAD where
+    deepen_run lives). A copy of the package in a fresh git repo runs seed 1, a second commit is
+    made, and the same seed and config runs again."""
+    import shutil
+
+    from conftest import cli
+    from deepen_run.config import ROOT
+
+    code = tmp_path / "code"
+    for part in ("deepen_run", "conf"):
+        shutil.copytree(ROOT / part, code / part, ignore=shutil.ignore_patterns("__pycache__"))
+    git(code, "init", "-q")
+    git(code, "add", "-A")
+    git(code, "commit", "-qm", "first")
+    uri, commits = f"sqlite:///{tmp_path}/mlflow.db", []
+    for _ in range(2):
+        if commits:
+            git(code, "commit", "-q", "--allow-empty", "-m", "second")
+        commits.append(git(code, "rev-parse", "HEAD"))
+        r = cli("task=rte", "seed=1", *TINY, f"tracking.uri={uri}", env={"PYTHONPATH": str(code)})
+        assert r.returncode == 0, r.stderr[-3000:]
+    rep = report_cli("--uri", uri)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    lines = rep.stdout.splitlines()
+    assert lines[2].startswith("| 1* | tiny | baseline |")  # one row, marked
+    (note,) = [ln for ln in lines if ln.startswith("* Row 1 mixes")]
+    assert commits[0] in note and commits[1] in note and commits[0] != commits[1]
+    assert "Row 1: seed 1 of rte ran 2 times, same value" in rep.stdout  # the seed is shown, counted once

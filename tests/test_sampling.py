@@ -1,4 +1,4 @@
-"""Task-sampling schedules (METHODS.md §3)."""
+"""Task-sampling schedules (docs/methods.md, section Sampling schedules)."""
 import math
 from collections import Counter
 

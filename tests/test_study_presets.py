@@ -31,6 +31,13 @@ def test_there_are_presets():
     assert {"cpu_single", "cpu_multi", "paper_single", "paper_multi", "abl_hire", "abl_duplicate", "abl_lr"} <= set(PRESETS)
 
 
+@pytest.fixture(autouse=True)
+def _probe_layers(monkeypatch):
+    """paper_single's duplicate arm reads each backbone's probe suggestion from the environment."""
+    for name in ("bert_base", "roberta_base"):
+        monkeypatch.setenv(f"DEEPEN_STUDY_DUPLICATE_{name}", "[10, 11]")
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_job_of_a_study_preset_composes_and_builds(preset, glue_dir):
     from deepen_run.backbone import load_model
@@ -39,7 +46,7 @@ def test_every_job_of_a_study_preset_composes_and_builds(preset, glue_dir):
     from deepen_run.preflight import numbers
 
     expanded = jobs(preset)
-    assert len(expanded) >= 6
+    assert len(expanded) >= 4  # the multi-task pilot: 2 arms x 2 scales
     built = set()
     for job, cfg in zip(expanded, compose_all(expanded, f"data.glue_dir={glue_dir}")):
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
@@ -68,3 +75,50 @@ def test_the_cpu_grids_are_the_study():
     assert b[0].train.num_epochs * b[0].train.steps_per_epoch == 135
     for key in ("data.train_fraction", "data.max_train_samples", "train.batch_size", "train.learning_rate"):
         assert len({str(OmegaConf.select(c, key)) for c in a + b}) == 1, key
+
+
+def test_the_floor_study_has_every_control_on_five_seeds():
+    """docs/study.md's design: SST-2 and STS-B, seeds 1-5 (the pilot seed 0 apart), mean pooling
+    for every method, and each control of the primary questions."""
+    import importlib.util
+
+    grids = {p: compose_all(jobs(p)) for p in PRESETS if p.startswith("floor_")}
+    spec = importlib.util.spec_from_file_location("study", ROOT / "scripts" / "study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    assert {p for part in study.PARTS.values() for p in part["presets"] if p.startswith("floor_")} == set(grids)
+    for name, cfgs in grids.items():
+        seeds = {c.seed for c in cfgs}
+        assert seeds == ({0} if "pilot" in name else {1, 2, 3, 4, 5}), name
+        assert {c.backbone.name for c in cfgs} == {"minilm"} and {c.tracking.experiment for c in cfgs} == {"study-floor"}
+        assert {tuple(sorted(c.task.names)) for c in cfgs} <= {("sst2",), ("stsb",), ("sst2", "stsb")}
+        for c in cfgs:
+            pool = c.method.get("pool") if c.method.name == "hire" else c.method.pooling
+            assert pool == "mean" or name == "floor_base", name
+    sel = lambda g, **kv: [c for c in grids[g] if all(str(OmegaConf.select(c, k)) == v for k, v in kv.items())]  # noqa: E731
+    assert {c.method.pooling for c in grids["floor_base"]} == {"mean", "pooler"}
+    assert {c.method.importance for c in grids["floor_hire"]} == {"dynamic", "mean", "random"}
+    assert [c.method.extractor for c in grids["floor_capacity"]] == [False] * 10
+    # Duplication: the probe's k = 2, a seeded random draw of 2 (recorded in the preset), the top 2.
+    layers = {tuple(c.backbone.duplicate_layers) for c in grids["floor_dup"]}
+    assert layers == {(1, 2), tuple(study.draw_layers(2, 1)), (4, 5)} and len(layers) == 3
+    # Matched encoder updates: the single-task control takes the multi-task model's steps.
+    multi = grids["floor_multi"][0]
+    assert len(sel("floor_matched", **{"train.max_steps": str(multi.train.max_steps)})) == 10
+    assert multi.train.max_steps == 2 * grids["floor_base"][0].train.max_steps
+    assert {c.method.name for c in grids["floor_multi"]} == {"pals", "baseline"}
+    # One learning-rate rule: the pilot tries 1 and 10 for every method it then applies to.
+    assert {(c.method.name, c.train.new_params_lr_scale) for c in grids["floor_pilot"] + grids["floor_pilot_multi"]} == \
+        {(m, s) for m in ("baseline", "hire", "pals") for s in (1.0, 10.0)}
+
+
+def test_gpu_presets_follow_their_papers(monkeypatch):
+    monkeypatch.setenv("DEEPEN_STUDY_DUPLICATE_roberta_base", "[9, 10]")
+    single = [c for c in compose_all(jobs("paper_single")) if OmegaConf.select(c, "backbone.duplicate_layers")]
+    assert {(c.backbone.name, tuple(c.backbone.duplicate_layers)) for c in single} == \
+        {("bert_base", (10, 11)), ("roberta_base", (9, 10))}  # each backbone's own layers
+    multi = compose_all(jobs("paper_multi"))
+    assert {tuple(c.task.names) for c in multi} == {("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")}
+    monkeypatch.delenv("DEEPEN_STUDY_DUPLICATE_roberta_base")
+    with pytest.raises(Exception, match="DEEPEN_STUDY_DUPLICATE_roberta_base"):
+        [OmegaConf.to_container(c, resolve=True) for c in compose_all(jobs("paper_single"))]

@@ -101,6 +101,8 @@ def test_one_bad_value_launches_nothing(tmp_path, glue_dir):
     assert not (tmp_path / "mlflow.db").exists()  # no parent, no child: nothing was recorded
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_ctrl_c_of_a_joblib_sweep_ends_every_run_killed(tmp_path, glue_dir):
     import os
     import signal

@@ -1,5 +1,5 @@
 """data.train_fraction: a seeded fraction of every task keeps the tasks' size ratios, so the
-schedules stay non-uniform in small multi-task runs (METHODS.md §3); its checks and
+schedules stay non-uniform in small multi-task runs (docs/methods.md, section Sampling schedules); its checks and
 train.new_params_lr_scale's fail before anything loads."""
 from pathlib import Path
 

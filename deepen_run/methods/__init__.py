@@ -1,47 +1,83 @@
-"""The method registry: name = conf/method/<name>.yaml = deepen_run/methods/<name>.py.
+"""The method registry: FOLDERS, one line per method; each is a folder deepen_run/methods/<name>/.
 
-Each method is two modules, so that composing and checking a config never imports torch; what
-each must provide is written down as Protocols in methods/contract.py:
-  methods/<name>_config.py     light (no torch): its config dataclass `Config` (validated by Hydra,
-                               with `name`; the only place its defaults live) and optionally
-                               check(cfg), every check of its options, run by the pre-flight
-                               (preflight.method_checks) before any weights load; raises UserError
-  methods/<name>.py            the model: re-exports Config and provides
-    build(backbone, cfg, tasks)  -> a contract.MethodModel: `backbone`, `heads` (ModuleDict) and
-                                 forward(task, input_ids, attention_mask, token_type_ids) -> logits;
+A method's folder holds (what each must provide is written down as Protocols in contract.py):
+  config.py    light (no torch), so composing and checking a config never imports torch: its config
+               dataclass `Config` (validated by Hydra, with `name`; the only place its defaults
+               live), optionally check(cfg), every check of its options, run by the pre-flight
+               before any weights load (raises UserError), and optionally PRESETS: name -> a Config
+               subclass, config-only variants of this method selectable as method=<name>
+  model.py     the model: re-exports Config and provides
+    build(backbone, cfg, tasks)  -> a contract.MethodModel: `backbone`, `heads` (ModuleDict),
+                                 new_parameters() (what it added: trained at new_params_lr_scale x lr,
+                                 wherever it sits) and forward(task, ...) -> contract.Output;
                                  it sets requires_grad for what trains
-  and optionally the hooks (contract.OPTIONAL_HOOKS, fetched with hook(module, name))
+    and optionally the hooks (contract.OPTIONAL_HOOKS, fetched with hook(module, name)):
     after_build(model, ctx)      before training (ctx: deepen_run.context.RunContext)
     after_train(model, ctx)      after the final evaluation (figures, tables)
+  report.py    optional: what after_train records
+conf/method/<name>.yaml, optional, selects the schema (a defaults line) and may say more; without it
+method=<name> is the dataclass itself. Adding a method: its folder and one line in FOLDERS;
+tests/test_methods_contract.py then checks it (tests/test_add_method.py adds one that way).
 
-NAMES is the explicit registry. METHODS maps each name to its model module, imported on first
-access (METHODS["hire"] imports deepen_run.methods.hire, and torch with it); config_of(name) gives
-the light module. Adding a method: its two modules, conf/method/<name>.yaml (a defaults line
-selecting its schema), and a name here; tests/test_methods_contract.py then checks it.
+NAMES: every method=<name> option (methods and their presets). METHODS maps each name to its model
+module, imported on first access (METHODS["hire"] imports deepen_run.methods.hire.model, and torch
+with it); config_of(name) gives the light module, schema_of(name) the dataclass.
 """
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 
-from deepen_run.methods.contract import hook  # noqa: F401 (optional hooks: hook(module, "after_train"))
+from deepen_run.methods.contract import Output, hook  # noqa: F401 (the contract's pieces, for callers)
 
-NAMES = ("baseline", "duplicate", "hire", "pals")
+FOLDERS = ("baseline", "hire", "pals")
+# What the report compares every other row with.
+REFERENCE = "baseline"
+
+
+def _config_module(folder: str) -> ModuleType:
+    return importlib.import_module(f"{__name__}.{folder}.config")
+
+
+def _owners() -> dict[str, str]:
+    """option name -> the folder that implements it (a preset's is the method it configures)."""
+    owners = {}
+    for folder in FOLDERS:
+        owners[folder] = folder
+        for preset in getattr(_config_module(folder), "PRESETS", {}):
+            owners[preset] = folder
+    return owners
+
+
+_OWNER = MappingProxyType(_owners())  # read-only: the registry is code, not state
+NAMES = tuple(_OWNER)
+
+
+def owner(name: str) -> str:
+    if name not in _OWNER:
+        raise KeyError(name)
+    return _OWNER[name]
 
 
 def config_of(name: str) -> ModuleType:
-    """The light module: Config and (optionally) check(cfg)."""
-    return importlib.import_module(f"{__name__}.{name}_config")
+    """The light module of the method (or of the method a preset configures): Config and check(cfg)."""
+    return _config_module(owner(name))
+
+
+def schema_of(name: str) -> type:
+    """The config dataclass of method=<name>: the method's Config, or its preset's subclass."""
+    module = config_of(name)
+    return module.Config if name == owner(name) else module.PRESETS[name]
 
 
 class _Registry(Mapping):
     """name -> model module, imported when first looked up (a plain dict would import them all)."""
 
+    __slots__ = ()  # no state: the lookup is the registry's code
+
     def __getitem__(self, name: str) -> ModuleType:
-        if name not in NAMES:
-            raise KeyError(name)
-        return importlib.import_module(f"{__name__}.{name}")
+        return importlib.import_module(f"{__name__}.{owner(name)}.model")
 
     def __iter__(self):
         return iter(NAMES)

@@ -1,9 +1,9 @@
 """The method contract: what the runner relies on, and nothing more. Light (no torch).
 
-A method `<name>` is two modules (deepen_run/methods/__init__.py says why two):
-  <name>_config.py   MethodConfigModule: `Config` (a dataclass, the schema of method.*), and the
+A method `<name>` is a folder of two modules (deepen_run/methods/__init__.py says why two):
+  <name>/config.py   MethodConfigModule: `Config` (a dataclass, the schema of method.*), and the
                      optional hook check(cfg)
-  <name>.py          MethodModule: `Config` again, `build(backbone, cfg, tasks) -> MethodModel`,
+  <name>/model.py    MethodModule: `Config` again, `build(backbone, cfg, tasks) -> MethodModel`,
                      and the optional hooks after_build / after_train
 Optional hooks are declared in OPTIONAL_HOOKS and fetched with hook(module, name), which returns a
 no-op for a hook the method does not define; nobody looks a hook up by hasattr, so a misspelt name
@@ -12,7 +12,20 @@ registered method against these Protocols on a built tiny model.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+
+
+@dataclass
+class Output:
+    """What a method's forward returns. extras: whatever else the method hands out per example
+    (HIRE: its layer importances "alpha", (B, J)), each a tensor whose first dim is the batch; the
+    shared prediction loop (deepen_run/predict.py) gathers them in dev order during evaluation, so a
+    method's report needs no second pass over the dev set and no state left on the module."""
+
+    logits: Any
+    extras: dict = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -20,23 +33,24 @@ class MethodModel(Protocol):
     """What build() returns: an nn.Module the loop trains without knowing the method."""
 
     backbone: Any
-    """The (possibly deepened) Hugging Face encoder: its parameters train at train.learning_rate,
-    everything else (new) at learning_rate x train.new_params_lr_scale (train.optimizer_for);
-    backbone.config gives the reported depth."""
+    """The (possibly deepened) Hugging Face encoder; backbone.config gives the reported depth."""
     heads: Any
     """ModuleDict task name -> head; its parameters are counted as params/heads."""
 
-    def forward(self, task: str, input_ids, attention_mask, token_type_ids=None) -> Any:
-        """-> logits (B, num_labels of task), float; (B, 1) for a regression task."""
+    def forward(self, task: str, input_ids, attention_mask, token_type_ids=None) -> Output:
+        """-> Output: logits (B, num_labels of task), float ((B, 1) for a regression task), extras."""
 
-    # Optional: eval_extras() -> {key: tensor (B, ...)} of the batch just evaluated (HIRE: its layer
-    # importances), which the shared prediction loop (deepen_run/predict.py) gathers in dev order for
-    # the after_train hook, so a method's report needs no second pass over the dev set.
+    def new_parameters(self) -> Iterable[Any]:
+        """Every parameter this method created (heads included), wherever it sits: inside the
+        backbone (an adapter) or outside it. These, and nothing else of the method, train at
+        train.learning_rate x train.new_params_lr_scale (train.optimizer_for); what the backbone
+        brought trains at 1x. The runner checks that every parameter not loaded with the backbone
+        (nor made by a backbone step) is declared here."""
 
 
 @runtime_checkable
 class MethodConfigModule(Protocol):
-    """methods/<name>_config.py: imported to register the schema and for --help, so no torch."""
+    """methods/<name>/config.py: imported to register the schema and for --help, so no torch."""
 
     Config: type
     """Dataclass of method.*: a `name` field defaulting to <name>, a docstring line `key: meaning`
@@ -69,11 +83,11 @@ def _after_train(model, ctx) -> None:
 
 
 # name -> (the module it lives in, its no-op default, whose docstring is the hook's contract).
-OPTIONAL_HOOKS: dict[str, tuple[str, Callable[..., None]]] = {
+OPTIONAL_HOOKS: MappingProxyType = MappingProxyType({
     "check": ("config", _check),
     "after_build": ("model", _after_build),
     "after_train": ("model", _after_train),
-}
+})
 
 
 def hook(module, name: str) -> Callable[..., None]:

@@ -1,7 +1,7 @@
 """Plain fine-tuning: the backbone, a pooled sentence vector and one linear head per task."""
 from __future__ import annotations
 
-from deepen_run.methods.baseline_config import Config  # noqa: F401 (the method's contract)
+from deepen_run.methods.baseline.config import Config  # noqa: F401 (the method's contract)
 from deepen_run.model import EncoderClassifier
 
 

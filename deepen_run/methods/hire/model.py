@@ -7,7 +7,7 @@ M = [R; A; R+A; R*A] by a k-layer BiGRU whose pooled output feeds the task's hea
 
 Padding never changes the result: each GRU's backward direction starts at the sequence's last
 real token, as with packed sequences (see BiGRU for why we do not pack). The spec with what is the
-paper's and what is ours: shared/METHODS.md §1.
+paper's and what is ours: docs/methods.md, section HIRE.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from torch import nn
 
 from deepen_run import layers as surgery
 from deepen_run.errors import UserError
-from deepen_run.methods.hire_config import Config, check, check_method  # noqa: F401 (the method's contract)
+from deepen_run.methods.hire.config import Config, check, check_method  # noqa: F401 (the method's contract)
+from deepen_run.methods.contract import Output
 from deepen_run.model import TaskHeads, pool
 
 
@@ -84,13 +85,18 @@ class Hire(nn.Module):
 
     def __init__(self, d: int, cfg: Config, fixed: Optional[torch.Tensor]):
         super().__init__()
-        # Fixed weights need no layer summaries, so those ablations skip the extractor entirely.
-        self.extractor = Extractor(d, cfg.summary) if fixed is None else None
+        # Fixed weights need no layer summaries, so those ablations skip the extractor entirely;
+        # the capacity control (extractor=false) reads no intermediate layer at all.
+        self.extractor = Extractor(d, cfg.summary) if fixed is None and cfg.extractor else None
+        self.last_only = not cfg.extractor
         if fixed is not None:
             self.register_buffer("fixed", fixed)
         self.fuse = BiGRU(4 * d, d, cfg.gru_layers)
 
     def forward(self, layers, last, mask):
+        if self.last_only:  # A = R; alpha = 0 says that no intermediate layer is read
+            a, alpha = last, last.new_zeros(last.shape[0], layers.shape[0])
+            return self.fuse(torch.cat([last, a, last + a, last * a], dim=-1), mask.sum(1), mask), alpha
         if self.extractor is not None:
             alpha = self.extractor(layers, mask)
         else:
@@ -150,16 +156,14 @@ class HireClassifier(nn.Module):
         fused, alpha = block(layers, hs[-1], attention_mask)
         return pool(fused, attention_mask, self.cfg.pool), alpha
 
-    def forward(self, task, input_ids, attention_mask, token_type_ids=None):
+    def forward(self, task, input_ids, attention_mask, token_type_ids=None) -> Output:
+        # The importances ride along as an extra: the evaluation keeps them for the report.
         pooled, alpha = self.features(task, input_ids, attention_mask, token_type_ids)
-        if not self.training:  # evaluation keeps the batch's importances for the report (eval_extras)
-            self._alpha = alpha.detach()
-        return self.heads[task](pooled)
+        return Output(self.heads[task](pooled), {"alpha": alpha.detach()})
 
-    def eval_extras(self) -> dict:
-        """The last evaluated batch's importances alpha (B, J), picked up by the shared prediction
-        loop after each forward, so the report needs no second pass over the dev sets."""
-        return {"alpha": self._alpha}
+    def new_parameters(self) -> list[nn.Parameter]:
+        """The HIRE blocks (extractor, fusion) and the heads: everything but the backbone."""
+        return [*self.hire.parameters(), *self.heads.parameters()]
 
     def importance(self, task, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         return self.features(task, input_ids, attention_mask, token_type_ids)[1]
@@ -173,6 +177,7 @@ def build(backbone, cfg: Config, tasks) -> HireClassifier:
 
 
 def after_train(model: HireClassifier, ctx) -> None:
-    from deepen_run.methods.hire_report import record
+    from deepen_run.methods.hire.report import record
 
-    record(model, ctx)
+    if model.cfg.extractor:  # the capacity control has no importances to report
+        record(model, ctx)

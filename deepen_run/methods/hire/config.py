@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from deepen_run.choices import Pool, StrEnum
+from deepen_run.config import neutral
 from deepen_run.errors import UserError
 
 
@@ -31,23 +32,27 @@ class Config:
     include_embeddings: also offer the embedding output H_0 to the extractor
     summary: how a layer's BiGRU outputs become its summary: mean (masked mean) | last (final states)
     pool: fusion output -> sentence vector: cls | mean | max
-    importance: dynamic (the paper) | mean (uniform) | random (fixed, drawn once): an ablation
+    importance: dynamic (the paper) | mean (uniform 1/J) | random (fixed, drawn once): an ablation
     random_seed: seed of importance=random's weights, independent of the run's seed
+    extractor: false = the capacity control: the fusion and head read the last layer alone (A = R), no extractor
     shared: one HIRE for all tasks (true) or one per task (false); heads are always per task
     dropout: head dropout; null = the backbone's hidden_dropout_prob
     report_examples: dev examples per task whose importances are recorded one by one
     """
 
     name: str = "hire"
-    gru_layers: int = 2  # depth of the fusion BiGRU (the paper's ablation; 2 was best on CoLA)
-    include_embeddings: bool = False  # also offer H_0 (the embedding output) to the extractor
-    summary: Summary = Summary.mean  # how a layer's BiGRU outputs become s_j: masked mean | last (final states)
-    pool: Pool = Pool.cls  # fusion output -> sentence vector: cls | mean | max
-    importance: Importance = Importance.dynamic  # dynamic (the paper) | mean (uniform 1/J) | random (fixed, drawn once)
-    random_seed: int = 0  # seeds importance=random's weights, independent of the run's seed
-    shared: bool = True  # one HIRE for all tasks (true) or one per task (false); heads are always per task
-    dropout: Optional[float] = None  # head dropout; null = the backbone's hidden_dropout_prob
-    report_examples: int = 16  # dev examples per task whose importances are recorded one by one
+    gru_layers: int = 2  # the paper's ablation: 2 was best on CoLA
+    include_embeddings: bool = False
+    summary: Summary = Summary.mean
+    pool: Pool = Pool.cls
+    importance: Importance = Importance.dynamic
+    random_seed: int = 0
+    # false: the capacity control. The fusion BiGRU and head stay, but read the last layer alone
+    # (A = R, so M = [R; R; 2R; R*R]): what HIRE's extra parameters give without the other layers.
+    extractor: bool = True
+    shared: bool = True
+    dropout: Optional[float] = None
+    report_examples: int = neutral(16)
 
 
 def check(cfg) -> None:
@@ -59,5 +64,8 @@ def check_method(cfg: Config) -> None:
     if cfg.gru_layers < 1:
         raise UserError(f"method.gru_layers={cfg.gru_layers}: the fusion BiGRU needs at least 1 layer; "
                         "set method.gru_layers=1 or more (the paper uses 2)")
+    if not cfg.extractor and cfg.importance != Importance.dynamic:
+        raise UserError(f"method.extractor=false reads no intermediate layer, so method.importance={cfg.importance} "
+                        "has nothing to weigh; drop one of the two")
     if cfg.report_examples < 0:
         raise UserError(f"method.report_examples={cfg.report_examples} must be >= 0")

@@ -1,4 +1,4 @@
-"""PALs: projected attention layers for multi-task learning (METHODS.md §2; Stickland & Murray 2019).
+"""PALs: projected attention layers for multi-task learning (docs/methods.md, section PALs; Stickland & Murray 2019).
 
 For task t and layer l with input h, the layer's output LayerNorm gets one more summand:
 
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from deepen_run.errors import UserError
-from deepen_run.methods.pals_config import Config, check, size_problem  # noqa: F401 (the method's contract)
+from deepen_run.methods.pals.config import Config, check, size_problem  # noqa: F401 (the method's contract)
 from deepen_run.model import EncoderClassifier
 
 
@@ -94,7 +94,7 @@ class PALsModel(EncoderClassifier):
     def __init__(self, backbone: nn.Module, tasks, cfg: Config):
         layers = encoder_layers(backbone)
         if problem := size_problem(cfg.hidden_size_aug, cfg.num_heads):
-            raise ValueError(problem)  # a run never gets here: pals_config.check ran in the pre-flight
+            raise ValueError(problem)  # a run never gets here: config.check ran in the pre-flight
         if getattr(backbone.config, "chunk_size_feed_forward", 0):
             # The hook adds TS(h) for the whole sequence; a chunked feed-forward would see slices.
             raise UserError("method=pals needs the backbone's chunk_size_feed_forward=0")
@@ -125,6 +125,10 @@ class PALsModel(EncoderClassifier):
         if len(args) >= 2:  # forward(hidden_states, input_tensor), as BertLayer calls it
             return (args[0], args[1] + ts, *args[2:]), kwargs
         return args, {**kwargs, "input_tensor": kwargs["input_tensor"] + ts}
+
+    def new_parameters(self) -> list[nn.Parameter]:
+        """Every task's PALs (they hook into the backbone but live here) and the heads."""
+        return [*self.pals.parameters(), *super().new_parameters()]
 
     def encode(self, task: str, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         if task not in self.pals:

@@ -23,12 +23,12 @@ class Config:
     """
 
     name: str = "pals"
-    hidden_size_aug: int = 204  # d_s; the paper's value for BERT-base
-    num_heads: int = 6  # heads of the per-layer attention in the d_s space
+    hidden_size_aug: int = 204
+    num_heads: int = 6
     attention_dropout: float = 0.1
     init_std: float = 0.02
-    freeze_backbone: bool = False  # the paper fine-tunes everything; true = only PALs + heads train
-    pooling: Pooling = Pooling.pooler  # the shared pretrained pooler (as the paper), else cls | mean | max
+    freeze_backbone: bool = False
+    pooling: Pooling = Pooling.pooler
 
 
 def check(cfg) -> None:

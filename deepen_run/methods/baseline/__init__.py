@@ -1,0 +1,1 @@
+"""method=baseline (deepen_run/methods/__init__.py says what a method's folder holds)."""

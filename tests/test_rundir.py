@@ -1,0 +1,113 @@
+"""deepen-run deletes only files it created (deepen_run/rundir.py), tried with the real CLI."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import HANG, cli, isolated
+from test_bad_input import snapshot, user_folder
+
+
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_folder_of_the_users_is_refused_and_untouched(tmp_path):
+    """The issue's report: `hydra.run.dir=. seed=-1` from ~/thesis emptied it. Now: one line naming the
+    folder, exit 2, every file in place; the same for a sweep dir."""
+    work = tmp_path / "thesis"
+    before = user_folder(work)
+    r = subprocess.run([str(Path(sys.executable).with_name("deepen-run")), "hydra.run.dir=.", "seed=-1",
+                        f"tracking.uri=sqlite:///{tmp_path}/mlflow.db"], cwd=work, capture_output=True, text=True,
+                       timeout=HANG)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and f"hydra.run.dir={work}" in r.stderr and "paper.tex" in r.stderr
+    assert snapshot(work) == before
+    r = cli("-m", "seed=1,2", f"hydra.sweep.dir={work}", "backbone=tiny")
+    assert r.returncode == 2 and "hydra.sweep.dir" in r.stderr, r.stderr
+    assert snapshot(work) == before
+    assert not (tmp_path / "mlflow.db").exists()  # refused before the sweep's parent run
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_failed_attempt_in_a_run_dir_of_ours_removes_only_what_it_made(tmp_path, glue_dir):
+    """A dir deepen-run made (run.json) with a note the user added: a pre-flight error keeps both, and
+    everything else that was there; an empty folder the user made keeps only the attempt's log."""
+    run = tmp_path / "old-run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "run.json").write_text('{"status": "FINISHED"}')
+    (run / "notes.txt").write_text("looked good\n")
+    before = snapshot(run)
+    r = cli("backbone=tiny", f"hydra.run.dir={run}", "train.learning_rate=0")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr  # the dir's own run, or the lr
+    after = snapshot(run)
+    assert {k: v for k, v in after.items() if not k.startswith(".hydra") and not k.endswith(".log")} == \
+        {k: v for k, v in before.items() if not k.startswith(".hydra")}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = cli("backbone=tiny", f"hydra.run.dir={empty}", "seed=-1")
+    assert r.returncode == 2
+    assert sorted(p.name for p in empty.iterdir()) == ["cli.log"]
+    assert "seed=-1" in (empty / "cli.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_run_dir_keeps_the_runs_log_and_no_lock_file(tmp_path, glue_dir):
+    run = tmp_path / "run"
+    r = cli("backbone=tiny", "task=rte", "train.max_steps=3", f"hydra.run.dir={run}", "data.max_eval_samples=16")
+    assert r.returncode == 0, r.stderr[-2000:]
+    log = (run / "cli.log").read_text()
+    assert "FINISHED" in log and "params:" in log and "\r" not in log
+    assert not (run / ".lock").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_second_process_refused_by_the_lock_writes_nothing(tmp_path, glue_dir):
+    """While a live run holds its dir (paused with SIGSTOP so it writes nothing itself), a second command
+    in that dir exits 2, and the first run's .hydra/ and log are byte-identical afterwards."""
+    run = tmp_path / "run"
+    args = isolated(["backbone=tiny", "task=rte", "train.max_steps=100000", f"hydra.run.dir={run}"])
+    first = subprocess.Popen([str(Path(sys.executable).with_name("deepen-run")), *args],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + HANG
+        while not (run / "run.json").exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.5)
+        assert first.poll() is None, "the first run ended early"
+        os.kill(first.pid, signal.SIGSTOP)
+        before = {k: v for k, v in snapshot(run).items() if k.startswith(".hydra") or k.endswith(".log")}
+        r = cli("backbone=tiny", "task=rte", f"hydra.run.dir={run}", "seed=7")
+        assert r.returncode == 2 and "in use by another run" in r.stderr, r.stderr
+        assert {k: v for k, v in snapshot(run).items() if k.startswith(".hydra") or k.endswith(".log")} == before
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=HANG)
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_make_clean_removes_only_what_deepen_run_wrote(tmp_path, store):
+    from deepen_run.rundir import clean
+
+    out = tmp_path / "outputs"
+    files = {"runs/d/t1/.hydra/config.yaml": "a", "runs/d/t1/cli.log": "", "runs/d/t1/run.json": "{}",
+             "runs/d/t1/checkpoints/best/model.safetensors": "w",
+             "multiruns/d/s/multirun.yaml": "", "multiruns/d/s/deepen_sweep.json": "{}",
+             "multiruns/d/s/0/.hydra/config.yaml": "", "multiruns/d/s/0/cli.log": "",
+             "runs/d/mine/paper.tex": "x", "runs/d/t2/run.json": "{}", "runs/d/t2/notes.txt": "mine",
+             "cache/sst2-train-abc.arrow": "", "cache/notes.txt": "mine", "mlflow.db": "", "mlartifacts/1/x": "",
+             "my-results.csv": "mine"}
+    for name, text in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    clean(out, store=store)
+    left = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert left == {"runs/d/mine/paper.tex", "runs/d/t2/run.json", "runs/d/t2/notes.txt", "cache/notes.txt",
+                    "my-results.csv"} | (set() if store else {"mlflow.db", "mlartifacts/1/x"})

@@ -1,0 +1,154 @@
+"""A sweep's answer on its parent run (deepen_run/sweep_summary.py): its name, its run note (the
+report's table, kept up to date), its figure, the children's names and tags, the compare link, and
+a baseline trained once per seed beside two HIRE settings (arm presets). Real MLflow stores, the
+real CLI, the tiny random BERT on real GLUE RTE files."""
+import json
+import re
+import time
+
+import pytest
+
+from conftest import cli, runs_of
+from deepen_run import report, sweep_summary, ui
+from deepen_run.tracking import Tracker, find_runs
+
+TINY = ["task=rte", "backbone=tiny", "train.max_steps=2", "train.batch_size=8", "train.learning_rate=1e-3",
+        "data.max_train_samples=32", "data.max_eval_samples=64", "data.max_seq_length=32"]
+
+
+@pytest.fixture(scope="module")
+def arm_sweep(tmp_path_factory, glue_dir):
+    tmp = tmp_path_factory.mktemp("arms")
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    r = cli("-m", "+arm=baseline,hire_g1,hire_g2", "seed=1,2", *TINY, f"data.glue_dir={glue_dir}",
+            f"tracking.uri={uri}", f"hydra.sweep.dir={tmp}/sweep")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return uri, r
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_baseline_beside_two_hire_settings_is_one_sweep_of_six_runs(arm_sweep, capsys):
+    uri, _ = arm_sweep
+    _, runs = runs_of(uri)
+    parent = next(r for r in runs if r.data.tags["sweep_role"] == "parent")
+    children = [r for r in runs if r.data.tags["sweep_role"] == "child"]
+    assert len(children) == 6  # the baseline once per seed, not once per HIRE setting
+    report.main(["--uri", uri, "--sweep-id", parent.data.tags["sweep_id"]])
+    md = capsys.readouterr().out
+    rows = {(c[2], c[4]): c for c in (ln.strip("|").split("|") for ln in md.splitlines() if ln.startswith("| "))}
+    rows = {(m.strip(), s.strip()): [x.strip() for x in c] for (m, s), c in rows.items()}
+    assert rows[("baseline", "-")][7] == "(baseline)"
+    for g in ("1", "2"):
+        delta = rows[("hire", f"gru_layers={g}")][7]
+        assert re.match(r"[+-]\d+\.\d( \[.*\])? \(n=2\)$", delta), delta  # no interval when the diffs agree
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_parent_answers_the_sweep(arm_sweep, capsys):
+    uri, r = arm_sweep
+    client, runs = runs_of(uri)
+    parent = next(x for x in runs if x.data.tags["sweep_role"] == "parent")
+    children = [x for x in runs if x.data.tags["sweep_role"] == "child"]
+    # The name says what was swept; the children's names start with their swept values.
+    assert parent.info.run_name == "tiny rte | arm=baseline,hire_g1,hire_g2 × seed=1,2"
+    for c in children:
+        assert c.info.run_name.startswith(f"arm={c.data.tags['arm']} seed={c.data.tags['seed']} · tiny-")
+    # The note holds deepen-report's table for this sweep, the same cells.
+    note = parent.data.tags[sweep_summary.NOTE]
+    report.main(["--uri", uri, "--sweep-id", parent.data.tags["sweep_id"]])
+    table = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")]
+    assert len(table) >= 4 and all(ln in note for ln in table)  # the rows (and the contrasts below them)
+    assert note.startswith(f"**Sweep {parent.data.tags['sweep_id']}** (FINISHED): 6 of 6 jobs finished")
+    # One figure among its artifacts, the report's table beside it.
+    files = [a.path for top in client.list_artifacts(parent.info.run_id) if top.is_dir
+             for a in client.list_artifacts(parent.info.run_id, top.path)]
+    assert [f for f in files if f.endswith(".png")] == [sweep_summary.FIGURE]
+    assert {"report/results.md", "report/results.csv"} <= set(files)
+    assert "the sweep's report failed" not in r.stderr and "run note was not" not in r.stderr, r.stderr[-2000:]
+    # The last console lines: the compare view of all six children, then the parent.
+    last = r.stdout.rstrip().splitlines()[-3:]
+    assert "compare-runs?runs=" in last[0] and all(c.info.run_id in last[0] for c in children)
+    assert parent.info.run_id in last[1] and parent.data.tags["sweep_id"] in last[2]
+    # The runs table opens with eval/score, then the swept keys.
+    exp = client.get_experiment(parent.info.experiment_id)
+    assert json.loads(exp.tags[ui.VIEW_TAG])["selectedColumns"][:3] == \
+        ["metrics.`eval/score`", "tags.`arm`", "tags.`seed`"]
+
+
+def _child(tracker_uri, sweep_id, parent_id, seed, gru, acc):
+    t = Tracker(tracker_uri, "deepen-run")
+    t.start(f"c{seed}{gru}", {"mlflow.parentRunId": parent_id, "sweep_id": sweep_id, "sweep_role": "child",
+                              "task": "rte", "method": "hire", "backbone": "tiny", "seed": str(seed),
+                              "method.gru_layers": str(gru)})
+    t.log_params({"method.name": "hire", "backbone.name": "tiny", "method.gru_layers": gru, "seed": seed})
+    t.log_metrics({"eval/rte/accuracy": acc, "eval/score": acc}, 1)
+    t.end("FINISHED")
+
+
+def test_the_note_follows_the_children_as_they_finish(mlflow_uri, tmp_path):
+    """The launching process's thread rebuilds the note when a job's outcome file appears."""
+    params = {"method.gru_layers": "1,2", "seed": "1,2", "sweep.overrides": "method.gru_layers=1,2 seed=1,2"}
+    tracker = Tracker(mlflow_uri, "deepen-run")
+    parent = tracker.start("p", {"sweep_id": "s1", "sweep_role": "parent"})
+    info = {"sweep_id": "s1", "parent_run_id": parent, "uri": mlflow_uri, "experiment": "deepen-run",
+            "n_jobs": 4, "dir": str(tmp_path), "params": params}
+    (tmp_path / "deepen_jobs").mkdir()
+    sweep_summary.start(info, tracker)
+    try:
+        note = lambda: tracker.client.get_run(parent).data.tags[sweep_summary.NOTE]  # noqa: E731
+        assert "0 of 4 jobs finished" in note() and "appears here as jobs finish" in note()
+        for k, (seed, gru, acc) in enumerate([(1, 1, 0.5), (2, 1, 0.6), (1, 2, 0.7)]):
+            _child(mlflow_uri, "s1", parent, seed, gru, acc)
+            (tmp_path / "deepen_jobs" / f"{k}.json").write_text(json.dumps({"status": "FINISHED"}))
+            t0 = time.time()
+            while f"{k + 1} of 4 jobs finished" not in note():
+                assert time.time() - t0 < 60, note()
+                time.sleep(0.2)
+        assert "| 55.0 ± 7.1 |" in note() and "| 70.0 |" in note()  # gru_layers=1 over 2 seeds, =2 over 1
+    finally:
+        sweep_summary.finish(info, tracker, "FINISHED", show_table=False)
+    assert not sweep_summary._LIVE  # the thread is stopped and joined
+    figs = [a.path for a in tracker.client.list_artifacts(parent, "sweep")]
+    assert figs == [sweep_summary.FIGURE]
+
+
+def _runs(points):
+    return [{"status": "FINISHED", "metrics": {"eval/score": s}, "tags": tags} for tags, s in points]
+
+
+def test_the_figure_is_a_line_for_one_key_and_a_heatmap_for_two():
+    one = sweep_summary.figure(_runs([({"method.gru_layers": g, "seed": s}, 0.5 + 0.1 * int(g) + 0.01 * s)
+                                      for g in ("1", "2", "10") for s in (1, 2)]),
+                               {"method.gru_layers": "1,2,10", "seed": "1,2"})
+    ax = one.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "10"]  # numeric order, not text order
+    assert ax.lines[0].get_ydata().tolist() == pytest.approx([0.615, 0.715, 1.515])  # the means over seeds
+    two = sweep_summary.figure(_runs([({"method.gru_layers": g, "method.importance": i, "seed": "1"}, 0.5)
+                                      for g in ("1", "2") for i in ("dynamic", "mean")]),
+                               {"method.gru_layers": "1,2", "method.importance": "dynamic,mean", "seed": "1"})
+    assert two.axes[0].images and two.axes[0].get_xlabel() == "method.gru_layers"
+
+
+def test_names_and_tags_of_a_sweep():
+    from conftest import make_cfg
+
+    params = {"method.gru_layers": "1,2", "seed": "1,2", "method.layers": "[2,3]", "task": "rte",
+              "sweep.overrides": "x"}
+    cfg = make_cfg("method=hire", "task=rte", "backbone=tiny")
+    assert sweep_summary.parent_name(cfg, params) == "tiny hire rte | gru_layers=1,2 × seed=1,2"
+    info = {"params": params}
+    job = ["method.gru_layers=2", "seed=1", "method.layers=[2,3]", "task=rte"]
+    assert sweep_summary.child_tags(info, job) == {"method.gru_layers": "2"}  # seed is a tag already
+    assert sweep_summary.child_name("tiny-hire-rte-s1", 1, info, job) == "gru_layers=2 seed=1 · tiny-hire-rte"
+    assert sweep_summary.parent_name(cfg, {"arm": "baseline,hire_g1"}) == "tiny rte | arm=baseline,hire_g1"
+
+
+def test_empty_delta_says_why(mlflow_uri):
+    from test_report import EXP, log_run, rte
+
+    for seed, acc in ((1, 60.0), (2, 62.0)):
+        log_run(mlflow_uri, ["method=hire", "task=rte", "backbone=tiny", f"seed={seed}"], rte(acc))
+    md = report.to_markdown(report.build(find_runs(mlflow_uri, EXP)))
+    assert "| - (no baseline row) |" in md and "+arm=baseline,hire_g1,hire_g2" in md
