@@ -25,7 +25,7 @@ IGNORED_PREFIXES = ("sweep.", "hydra.")
 PATHLIKE_NAME = re.compile(r"(^|[._])(path|dir|uri|file|url)$")
 PATHLIKE_VALUE = re.compile(r"^(/|~/|[a-z]+://|[a-z]+:///|pkg://)")
 # Path-like, yet they change the result (the weights, the data): always part of the key.
-SEPARATE = {"backbone.path", "data.glue_dir"}
+SEPARATE = frozenset({"backbone.path", "data.glue_dir"})
 MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch")
 # Shown in their own columns (backbone, method, setup), never repeated in "settings".
 SHOWN_ELSEWHERE = ("backbone.name", "method.name", "task.names", "schedule.")

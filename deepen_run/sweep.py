@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from deepen_run import sweep_summary
 from deepen_run.errors import UserError
-from deepen_run.sweep_jobs import JOBS_DIR, SWEEP_FILE, write_json
+from deepen_run.sweep_jobs import JOBS_DIR, SWEEP_FILE, read_outcomes, write_json
 
 
 def count_jobs(config) -> Optional[int]:
@@ -109,5 +109,6 @@ def open_sweep(config):
     print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "
           f"experiment {experiment!r} ({uri}); outputs in {sweep_dir}{again}", flush=True)
     launch = Launch(info, tracker, first_step).begin()
-    sweep_summary.start(info, tracker)  # the run note (results table), kept up to date
+    # the run note (results table), kept up to date as jobs end
+    launch.live = sweep_summary.start(info, tracker, lambda: len(read_outcomes(sweep_dir)))
     return launch

@@ -34,6 +34,7 @@ GRACE_S = 300  # how long stopped jobs get to save their checkpoint before the p
 class Launch:
     def __init__(self, info: dict, tracker, first_step: int = 0):
         self.info, self.tracker = info, tracker
+        self.live = None  # sweep_summary.Live, set once the parent's note is started
         self.dir = Path(info["dir"])
         self.counts = Counts(info["n_jobs"], tracker, first_step)
         self.signum: Optional[int] = None
@@ -108,7 +109,7 @@ class Launch:
                   f"({saved} with a checkpoint), {c.pending} not started; continue the sweep with the same command "
                   f"plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
         # The final note, figure and table on the parent; the table and the UI links printed last.
-        sweep_summary.finish(info, tracker, status, show_table=bool(c.finished) and not interrupted)
+        sweep_summary.finish(info, tracker, status, show_table=bool(c.finished) and not interrupted, live=self.live)
         return c.n - c.finished
 
     def _started_not_ended(self) -> set[int]:

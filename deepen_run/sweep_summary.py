@@ -30,7 +30,6 @@ NOTE = "mlflow.note.content"
 FIGURE = "sweep/eval_score.png"
 # Keys every child already has as a tag of the same value (runner.tags_for): not tagged twice.
 STANDARD = ("backbone", "method", "task", "schedule", "seed")
-_LIVE: dict = {}  # the launching process's note thread
 
 
 def _is_sweep(key: str, value: str) -> bool:
@@ -210,15 +209,11 @@ def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
     return table if table["rows"] else None
 
 
-def _watch(info: dict, tracker, stop: threading.Event) -> None:
-    from deepen_run.sweep_jobs import read_outcomes
-
-    from pathlib import Path
-
+def _watch(info: dict, tracker, stop: threading.Event, ended) -> None:
     seen = -1
     while not stop.wait(1.0):
         try:
-            now = len(read_outcomes(Path(info["dir"])))
+            now = ended()
             if now != seen:
                 seen = now
                 update(info, tracker)
@@ -226,7 +221,21 @@ def _watch(info: dict, tracker, stop: threading.Event) -> None:
             print(f"deepen-run: warning: the sweep's run note was not updated: {first_line(e)}", file=sys.stderr)
 
 
-def start(info: dict, tracker) -> None:
+class Live:
+    """The launching process's note thread: refreshes the note whenever the count of ended jobs
+    (ended(), the launcher's count) changes."""
+
+    def __init__(self, info: dict, tracker, ended):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=_watch, args=(info, tracker, self.stop, ended), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def start(info: dict, tracker, ended) -> Live:
     """At the sweep's start: the swept keys as columns, an empty note, the thread that fills it."""
     from deepen_run import ui
 
@@ -235,17 +244,13 @@ def start(info: dict, tracker) -> None:
         tracker.set_tags({NOTE: note(info, [], None, "running")})
     except Exception as e:  # noqa: BLE001
         print(f"deepen-run: warning: the sweep's run note was not set: {first_line(e)}", file=sys.stderr)
-    stop = threading.Event()
-    thread = threading.Thread(target=_watch, args=(info, tracker, stop), daemon=True)
-    thread.start()
-    _LIVE.update(stop=stop, thread=thread)
+    return Live(info, tracker, ended)
 
 
-def finish(info: dict, tracker, status: str, show_table: bool) -> None:
+def finish(info: dict, tracker, status: str, show_table: bool, live: Optional[Live] = None) -> None:
     """At the sweep's end (its parent closed): the final note, figure and table, then the links."""
-    if _LIVE:
-        _LIVE.pop("stop").set()
-        _LIVE.pop("thread").join()
+    if live is not None:
+        live.close()
     from deepen_run import report
 
     try:
