@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import cli, runs_of
+from conftest import HANG, cli, runs_of
 from deepen_run import report, sweep_summary, ui
 from deepen_run.tracking import Tracker, find_runs
 
@@ -95,7 +95,7 @@ def test_the_note_follows_the_children_as_they_finish(mlflow_uri, tmp_path):
     info = {"sweep_id": "s1", "parent_run_id": parent, "uri": mlflow_uri, "experiment": "deepen-run",
             "n_jobs": 4, "dir": str(tmp_path), "params": params}
     (tmp_path / "deepen_jobs").mkdir()
-    sweep_summary.start(info, tracker)
+    live = sweep_summary.start(info, tracker, lambda: len(list((tmp_path / "deepen_jobs").glob("*.json"))))
     try:
         note = lambda: tracker.client.get_run(parent).data.tags[sweep_summary.NOTE]  # noqa: E731
         assert "0 of 4 jobs finished" in note() and "appears here as jobs finish" in note()
@@ -104,12 +104,12 @@ def test_the_note_follows_the_children_as_they_finish(mlflow_uri, tmp_path):
             (tmp_path / "deepen_jobs" / f"{k}.json").write_text(json.dumps({"status": "FINISHED"}))
             t0 = time.time()
             while f"{k + 1} of 4 jobs finished" not in note():
-                assert time.time() - t0 < 60, note()
+                assert time.time() - t0 < HANG, note()
                 time.sleep(0.2)
         assert "| 55.0 ± 7.1 |" in note() and "| 70.0 |" in note()  # gru_layers=1 over 2 seeds, =2 over 1
     finally:
-        sweep_summary.finish(info, tracker, "FINISHED", show_table=False)
-    assert not sweep_summary._LIVE  # the thread is stopped and joined
+        sweep_summary.finish(info, tracker, "FINISHED", show_table=False, live=live)
+    assert not live.thread.is_alive()  # the thread is stopped and joined
     figs = [a.path for a in tracker.client.list_artifacts(parent, "sweep")]
     assert figs == [sweep_summary.FIGURE]
 
