@@ -1,6 +1,6 @@
 """GLUE TSV files: check they exist and parse them row by row, with the standard library only.
 
-Kept apart from data.py (datasets, torch) so the pre-flight can validate every file, with
+Kept apart from loaders.py (datasets, torch) so the pre-flight can validate every file, with
 file:line errors, in a fraction of a second and before any heavy import or MLflow run.
 """
 from __future__ import annotations

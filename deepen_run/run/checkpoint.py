@@ -41,7 +41,7 @@ class TaskStream:
     """One task's endless batches; where it stands is one number, the batches consumed so far."""
 
     def __init__(self, loader, seed: int, consumed: int = 0):
-        from accelerate.data_loader import get_sampler  # lazy: run/resume.py/cli.py import this module light
+        from accelerate.data_loader import get_sampler  # lazy: run/resume.py and cli/run.py import this module light
 
         self.loader, self.seed, self.consumed = loader, seed, consumed
         sampler = get_sampler(loader)
