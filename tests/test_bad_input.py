@@ -227,7 +227,7 @@ def test_bad_input_leaves_a_user_folder_alone(case, overrides, culprit, glue_dir
     assert snapshot(work) == before
 
 
-# Cases the cheap pre-flight (deepen_run/preflight.cheap) must catch on its own.
+# Cases the cheap pre-flight (deepen_run/run/preflight.py, cheap) must catch on its own.
 CHEAP = ["wrong-columns", "not-utf8", "superscript-label", "non-integer-index", "stsb-nan-score", "stsb-inf-score",
          "stsb-score-above-5", "predict-test-missing", "predict-test-bad-row", "glue-dir-is-a-file", "seq-length-1",
          "negative-seed", "unknown-scheduler", "infinite-epochs", "negative-workers", "empty-experiment",

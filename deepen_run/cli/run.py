@@ -146,7 +146,7 @@ def main() -> None:
     try:
         _hydra_main()
     except KeyboardInterrupt as e:  # a sweep's job stopped by a signal (a single run exits in _task)
-        sys.exit(128 + getattr(e, "signum", 2))  # its parent is closed KILLED at exit (sweep_launch)
+        sys.exit(128 + getattr(e, "signum", 2))  # its parent is closed KILLED at exit (sweep/launch.py)
     except UserError as e:  # normally printed by rundir.RunDirGuard.on_run_end, before Hydra's own line
         fail_with(e)
     except (HydraException, OmegaConfBaseException) as e:

@@ -147,7 +147,7 @@ def run_help() -> str:
 
 
 def probe_help(ProbeConfig) -> str:
-    """ProbeConfig: the probe's schema (passed in by probe_cli, which imports this module)."""
+    """ProbeConfig: the probe's schema (passed in by cli/probe.py, which imports this module)."""
     from deepen_run.config.schema import ROOT
 
     return render("deepen-probe", "which layers of a pretrained encoder are redundant (safe to duplicate)? "

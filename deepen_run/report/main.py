@@ -99,7 +99,7 @@ def _sizes(runs: list[dict]) -> dict:
 def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optional[list[str]] = None,
           baselines: Optional[list[str]] = None, default_contrasts: bool = True) -> dict:
     """runs: tracking.find_runs dicts; only: these tasks' columns (and average, delta) alone;
-    contrasts: "A:B" specs (report_contrasts.parse) on top of every row vs its baseline (unless
+    contrasts: "A:B" specs (report/contrasts.py, parse) on top of every row vs its baseline (unless
     default_contrasts=False); baselines: --baseline specs, which pick among several candidates.
     Returns {"tasks": [...], "rows": [...], "contrasts": [...]}; a row has id (1-based), backbone,
     method, setup, settings (its label), config (its full settings), per task and "avg" {"mean",
