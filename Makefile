@@ -41,7 +41,7 @@ UI_PORT ?= 5000
 # Prints the runs table's URL once the server answers; Ctrl-C stops it.
 ui: install
 	@mkdir -p outputs
-	@$(BIN)/python -m deepen_run.ui sqlite:///$(CURDIR)/outputs/mlflow.db $(CURDIR)/outputs/mlartifacts $(UI_PORT)
+	@$(BIN)/python -m deepen_run.tracking.ui sqlite:///$(CURDIR)/outputs/mlflow.db $(CURDIR)/outputs/mlartifacts $(UI_PORT)
 
 # ruff with the rules in pyproject.toml ([tool.ruff]): real mistakes (pyflakes, bugbear, ...), seconds.
 lint: install
@@ -68,7 +68,7 @@ study-ablations: install
 # (outputs/mlflow.db, outputs/mlartifacts) is kept: `make clean-all` removes it too, and the study's
 # and bench's outputs. Only what deepen-run wrote goes: a folder holding anything else is kept and named.
 clean: install
-	$(BIN)/python -m deepen_run.rundir outputs
+	$(BIN)/python -m deepen_run.run.rundir outputs
 
 clean-all: install
-	$(BIN)/python -m deepen_run.rundir outputs --store
+	$(BIN)/python -m deepen_run.run.rundir outputs --store

@@ -1,1 +1,19 @@
-"""deepen-run: config-driven GLUE experiments on BERT-style encoders (HIRE, PALs, layer duplication)."""
+"""deepen-run: config-driven GLUE experiments on BERT-style encoders (HIRE, PALs, layer duplication).
+
+Layout: one subpackage per stage, each importing only the layers below it (tests/test_layers.py
+checks every import statement, function-level ones included, against the `May import:` line of
+each subpackage's docstring; that line is the one place the rule is written). Bottom to top:
+
+  base         errors, util, figures (this package's top-level modules)
+  config       the structured schema, choices, redaction   | same layer: config registers the
+  methods      the registry, contract, each method's config |   methods' schemas, they use its types
+  data, tracking, model   GLUE files and loaders; MLflow; backbones and layer surgery (model > data)
+  method models           each method's model (methods/<name>/model.py, report.py)
+  run          one run: pre-flight, runner, training loop, evaluation, checkpoints, resume
+  report       deepen-report: the results table from MLflow
+  sweep        a multirun: parent run, jobs, resume, summary
+  cli          the three commands
+
+The base modules here import nothing of ours but each other.
+May import: base
+"""

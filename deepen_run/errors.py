@@ -1,4 +1,10 @@
-"""Exception types for what the user can fix; the CLI prints them as one line."""
+"""Exception types for what the user can fix, and how a command prints one: a single line, then exit.
+fail/fail_with sit here, not in the CLI, so the run layer (run/rundir.py) can end a command too."""
+from __future__ import annotations
+
+import sys
+
+from deepen_run.util import one_line
 
 
 class UserError(Exception):
@@ -11,3 +17,13 @@ class NonFiniteLoss(UserError):
     """Training diverged (NaN/inf loss): the run ends FAILED with this message, exit code 1."""
 
     exit_code = 1
+
+
+def fail(msg: str, code: int, newline: bool = False) -> None:
+    # newline: a progress bar may hold the cursor mid-line; the message gets a line of its own.
+    print(f"{chr(10) if newline else ''}deepen-run: error: {one_line(msg)}", file=sys.stderr)
+    sys.exit(code)
+
+
+def fail_with(e: UserError) -> None:
+    fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss))

@@ -1,11 +1,14 @@
-"""Two small helpers several modules need: an error as one short line, and a SQLite store's path.
+"""Small helpers several layers need: an error as one short line, a SQLite store's path, whether
+the Hugging Face Hub answers (the data checks and the backbone both ask).
 
 Light on purpose (standard library only): the CLI uses them before anything heavy is imported.
 """
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Optional
+from urllib.parse import urlparse
 
 SQLITE = "sqlite:///"
 
@@ -24,3 +27,17 @@ def first_line(e: BaseException, limit: int = 300) -> str:
 def sqlite_path(uri: str) -> Optional[Path]:
     """The database file of a `sqlite:///<path>` tracking URI; None for any other store."""
     return Path(uri[len(SQLITE):]) if uri.startswith(SQLITE) else None
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """False offline (HF_HUB_OFFLINE) or when the Hub's host takes no connection within `timeout` s."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False

@@ -40,15 +40,15 @@ import bench_contenders as bc  # noqa: E402
 import bench_report  # noqa: E402
 import bench_startup  # noqa: E402
 from bench_race import Baton, Lap, Memory, median, run_threads, sync  # noqa: E402
-from deepen_run import backbone as bb  # noqa: E402
-from deepen_run import data as gd  # noqa: E402
-from deepen_run import backbone_steps  # noqa: E402
-from deepen_run import tsv  # noqa: E402
-from deepen_run.config import ROOT, register  # noqa: E402
-from deepen_run.fast import resolve_precision  # noqa: E402
-from deepen_run.glue import get_tasks  # noqa: E402
+from deepen_run.model import backbone as bb  # noqa: E402
+from deepen_run.data import loaders as gd  # noqa: E402
+from deepen_run.model import steps as backbone_steps  # noqa: E402
+from deepen_run.data import tsv  # noqa: E402
+from deepen_run.config.schema import ROOT, register  # noqa: E402
+from deepen_run.run.fast import resolve_precision  # noqa: E402
+from deepen_run.data.glue import get_tasks  # noqa: E402
 from deepen_run.methods import METHODS  # noqa: E402
-from deepen_run.model import count  # noqa: E402
+from deepen_run.model.heads import count  # noqa: E402
 from deepen_run.util import first_line  # noqa: E402
 
 RACE = ("deepen-run", "trainer", "trainer-pad128", "bare")

@@ -21,18 +21,18 @@ import torch
 from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, PrinterCallback, Trainer,
                           TrainerCallback, TrainingArguments, default_data_collator)
 
-from deepen_run import backbone as bb
-from deepen_run import data as gd
-from deepen_run import backbone_steps
-from deepen_run import metrics as glue_metrics
-from deepen_run.fast import enable_tf32, fused_adamw_ok, make_accelerator, resolve_precision
-from deepen_run.context import RunContext
+from deepen_run.model import backbone as bb
+from deepen_run.data import loaders as gd
+from deepen_run.model import steps as backbone_steps
+from deepen_run.data import metrics as glue_metrics
+from deepen_run.run.fast import enable_tf32, fused_adamw_ok, make_accelerator, resolve_precision
+from deepen_run.run.context import RunContext
 from deepen_run.methods import METHODS
-from deepen_run.model import new_parameters, task_loss
-from deepen_run.predict import batch_inputs
-from deepen_run.sampling import TaskSampler
-from deepen_run.tracking import Tracker
-from deepen_run.train import Recipe, fit, optimizer_for, scheduler_for
+from deepen_run.model.heads import new_parameters, task_loss
+from deepen_run.run.predict import batch_inputs
+from deepen_run.data.sampling import TaskSampler
+from deepen_run.tracking.store import Tracker
+from deepen_run.run.train import Recipe, fit, optimizer_for, scheduler_for
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

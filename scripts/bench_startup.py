@@ -37,7 +37,7 @@ LABELS = {"import torch": '`python -c "import torch"`',
 
 def _cli() -> list[str]:
     exe = Path(sys.executable).with_name("deepen-run")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "deepen_run.cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "deepen_run.cli.run"]
 
 
 def _where(tmp: str, name: str) -> list[str]:

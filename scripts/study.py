@@ -33,7 +33,7 @@ BIN = Path(sys.executable).parent
 # Smoke: tiny data and batches, but each preset's own step counts (the matched-updates rows differ by them).
 SMOKE = ["train.batch_size=2", "data.max_train_samples=16", "data.max_eval_samples=32", "data.max_seq_length=32"]
 BASELINE = "pooling=mean"  # the baseline every floor row is paired with (--baseline)
-# Row selectors of deepen-report --contrast (deepen_run/report_contrasts.select).
+# Row selectors of deepen-report --contrast (deepen_run/report/contrasts.py, select).
 MEAN_BASE = "method=baseline pooling=mean duplicate_layers=[] max_steps=150 setup=single"
 PARTS: dict[str, dict] = {
     "pilot": {"presets": ["floor_pilot", "floor_pilot_multi"], "contrasts": []},

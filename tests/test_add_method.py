@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import HANG, isolated, runs_of
-from deepen_run.config import ROOT
+from deepen_run.config.schema import ROOT
 
 CONFIG = '''
 from dataclasses import dataclass
@@ -31,7 +31,7 @@ import torch
 
 from deepen_run.methods.contract import Output
 from deepen_run.methods.toy.config import Config  # noqa: F401
-from deepen_run.model import EncoderClassifier
+from deepen_run.model.heads import EncoderClassifier
 
 
 class Toy(EncoderClassifier):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HANG, cli
-from deepen_run.config import ROOT
+from deepen_run.config.schema import ROOT
 from deepen_run.methods import METHODS
 
 ROOT_USER = os.geteuid() == 0
@@ -227,7 +227,7 @@ def test_bad_input_leaves_a_user_folder_alone(case, overrides, culprit, glue_dir
     assert snapshot(work) == before
 
 
-# Cases the cheap pre-flight (deepen_run/preflight.cheap) must catch on its own.
+# Cases the cheap pre-flight (deepen_run/run/preflight.py, cheap) must catch on its own.
 CHEAP = ["wrong-columns", "not-utf8", "superscript-label", "non-integer-index", "stsb-nan-score", "stsb-inf-score",
          "stsb-score-above-5", "predict-test-missing", "predict-test-bad-row", "glue-dir-is-a-file", "seq-length-1",
          "negative-seed", "unknown-scheduler", "infinite-epochs", "negative-workers", "empty-experiment",
@@ -235,9 +235,9 @@ CHEAP = ["wrong-columns", "not-utf8", "superscript-label", "non-integer-index", 
 CHECK_ALL = """
 import json, sys
 from hydra import compose, initialize_config_dir
-from deepen_run.config import register
+from deepen_run.config.schema import register
 from deepen_run.errors import UserError
-from deepen_run import preflight
+from deepen_run.run import preflight
 register()
 out = {}
 with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
@@ -279,7 +279,7 @@ def test_scheduler_names_are_transformers_schedulers():
     from transformers import get_scheduler
     from transformers.trainer_utils import SchedulerType
 
-    from deepen_run.preflight import SCHEDULERS
+    from deepen_run.run.preflight import SCHEDULERS
 
     for name in SCHEDULERS:
         assert name in {s.value for s in SchedulerType}, name
@@ -295,7 +295,7 @@ def test_read_only_store_as_a_non_root_user_sees_it(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
     from deepen_run.errors import UserError
-    from deepen_run.preflight import tracking_store
+    from deepen_run.run.preflight import tracking_store
 
     (tmp_path / "mlflow.db").write_bytes(b"")
     for locked, culprit in [(tmp_path / "mlflow.db", "mlflow.db is read-only"), (tmp_path, "is not writable")]:

@@ -7,9 +7,9 @@ import random
 import datasets
 
 from conftest import make_cfg
-from deepen_run import backbone as bb
-from deepen_run.checkpoint import TaskStream
-from deepen_run.data import make_loader
+from deepen_run.model import backbone as bb
+from deepen_run.run.checkpoint import TaskStream
+from deepen_run.data.loaders import make_loader
 
 
 def toy_set(n: int = 400, seed: int = 0) -> datasets.Dataset:

@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from conftest import HANG, cli, make_cfg, runs_of, token_batch
-from deepen_run import backbone as bb
-from deepen_run import duplication
+from deepen_run.model import backbone as bb
+from deepen_run.model import duplication
 from deepen_run.errors import UserError
-from deepen_run.glue import get_tasks
-from deepen_run.layers import sources
+from deepen_run.data.glue import get_tasks
+from deepen_run.model.layers import sources
 from deepen_run.methods import METHODS
 from deepen_run.methods.pals.model import pal_params_per_task
-from deepen_run.model import count, param_report
-from deepen_run.preflight import check
+from deepen_run.model.heads import count, param_report
+from deepen_run.run.preflight import check
 
 TASKS = ["sst2", "stsb", "rte"]
 DUP = [1, 1]  # tiny has 2 layers: layer 1 gets two copies -> 4 layers, sources [0, 1, 1, 1]

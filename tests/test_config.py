@@ -4,8 +4,8 @@ from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ConfigKeyError, ValidationError
 
 from conftest import make_cfg
-from deepen_run.config import ROOT
-from deepen_run.glue import GLUE_TASKS
+from deepen_run.config.schema import ROOT
+from deepen_run.data.glue import GLUE_TASKS
 
 
 def test_defaults_compose():

@@ -1,9 +1,9 @@
 """GLUE TSV reading: row counts, label ids as on the Hub, and errors that name file and line."""
 import pytest
 
-from deepen_run.data import check_glue_dir, read_tsv
+from deepen_run.data.loaders import check_glue_dir, read_tsv
 from deepen_run.errors import UserError
-from deepen_run.glue import TASKS
+from deepen_run.data.glue import TASKS
 from pathlib import Path
 
 # Rows and label counts from shared/glue/PROVENANCE.md (the published GLUE splits).

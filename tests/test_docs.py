@@ -10,7 +10,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from deepen_run.config import ROOT
+from deepen_run.config.schema import ROOT
 
 README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
@@ -114,8 +114,8 @@ def test_the_readme_shows_commands_of_every_program():
 
 @pytest.mark.parametrize("prog,args", README_COMMANDS, ids=lambda x: x if isinstance(x, str) else " ".join(x)[:60])
 def test_every_readme_command_parses(prog, args, capsys):
-    from deepen_run import report
-    from deepen_run.preflight import numbers, schema_keys
+    from deepen_run.report import main as report
+    from deepen_run.run.preflight import numbers, schema_keys
 
     if prog == "deepen-report":
         # argparse first, then the store: a missing store (exit 2 with our one line) means it parsed.

@@ -1,17 +1,17 @@
-"""method=duplicate (the baseline on a backbone deepened by deepen_run/duplication.py, a preset): layer surgery
+"""method=duplicate (the baseline on a backbone deepened by deepen_run/model/duplication.py, a preset): layer surgery
 contracts on a tiny random BERT, and one short MiniLM run."""
 import pytest
 import torch
 from transformers import AutoModel
 
 from conftest import cli, make_cfg, runs_of, token_batch
-from deepen_run import backbone as bb
-from deepen_run import duplication
+from deepen_run.model import backbone as bb
+from deepen_run.model import duplication
 from deepen_run.errors import UserError
-from deepen_run.glue import get_tasks
-from deepen_run.layers import layer_order, original_positions, sources
+from deepen_run.data.glue import get_tasks
+from deepen_run.model.layers import layer_order, original_positions, sources
 from deepen_run.methods import METHODS
-from deepen_run.runner import check
+from deepen_run.run.runner import check
 
 
 def build(layers, seed=0):
@@ -145,9 +145,9 @@ def test_minilm_run_records_depth_and_cosine(glue_dir, mlflow_uri):
 def test_gated_copies_compute_the_original_function_at_step_0(method):
     # backbone.duplicate_init=gated: h + g (copy(h) - h) with g = 0 is the identity, for every method;
     # each gate is a new parameter (new_params_lr_scale) and learns from the first step.
-    from deepen_run import backbone_steps
-    from deepen_run.model import new_parameters
-    from deepen_run.train import optimizer_for
+    from deepen_run.model import steps as backbone_steps
+    from deepen_run.model.heads import new_parameters
+    from deepen_run.run.train import optimizer_for
 
     torch.manual_seed(0)
     plain = bb.load_model(make_cfg("backbone=tiny").backbone).eval()

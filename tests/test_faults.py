@@ -176,9 +176,9 @@ def test_sigkilled_launcher_alone_stops_its_workers(tmp_path, glue_dir):
 def test_unreadable_task_folder_is_named_before_looking_inside(tmp_path, monkeypatch):
     """Root's stand-in (root reads anything): a folder without read/search permission is named in
     one line; looking for the files inside it would raise EACCES (Path.is_file) as a non-root user."""
-    from deepen_run import tsv
+    from deepen_run.data import tsv
     from deepen_run.errors import UserError
-    from deepen_run.glue import get_tasks
+    from deepen_run.data.glue import get_tasks
 
     folder = tmp_path / "RTE"
     folder.mkdir()

@@ -8,13 +8,13 @@ import torch
 from hydra.errors import ConfigCompositionException
 
 from conftest import cli, make_cfg, runs_of
-from deepen_run import backbone as bb
+from deepen_run.model import backbone as bb
 from deepen_run.errors import UserError
-from deepen_run.glue import get_tasks
+from deepen_run.data.glue import get_tasks
 from deepen_run.methods.hire import model as hire
-from deepen_run.model import count, pool
-from deepen_run.runner import check
-from deepen_run.train import optimizer_for
+from deepen_run.model.heads import count, pool
+from deepen_run.run.runner import check
+from deepen_run.run.train import optimizer_for
 
 TASKS = ["sst2", "stsb"]
 D, LAYERS = 32, 4

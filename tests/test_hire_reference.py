@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import make_cfg
-from deepen_run import backbone as bb
-from deepen_run import layers as surgery
-from deepen_run.glue import get_tasks
+from deepen_run.model import backbone as bb
+from deepen_run.model import layers as surgery
+from deepen_run.data.glue import get_tasks
 from deepen_run.methods.hire import model as hire
 
 TASKS = ["sst2", "stsb"]

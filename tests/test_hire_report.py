@@ -9,16 +9,16 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import make_cfg
-from deepen_run import backbone as bb
-from deepen_run import data as gd
-from deepen_run.context import RunContext
-from deepen_run.evaluation import evaluate
-from deepen_run.fast import make_accelerator
-from deepen_run.glue import get_tasks
+from deepen_run.model import backbone as bb
+from deepen_run.data import loaders as gd
+from deepen_run.run.context import RunContext
+from deepen_run.run.evaluation import evaluate
+from deepen_run.run.fast import make_accelerator
+from deepen_run.data.glue import get_tasks
 from deepen_run.methods.hire.report import snippet
 from deepen_run.methods.hire import model as hire
-from deepen_run.predict import batch_inputs
-from deepen_run.tracking import Tracker
+from deepen_run.run.predict import batch_inputs
+from deepen_run.tracking.store import Tracker
 
 TASKS = ["sst2", "stsb"]
 BATCH, SAMPLE = 8, 12  # the first SAMPLE examples span two batches

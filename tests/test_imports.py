@@ -99,7 +99,7 @@ def test_cycle_finder_finds_a_cycle():
 
 def test_graph_sees_function_level_imports():
     g = graph()
-    assert f"{NAME}.runner" in g[f"{NAME}.cli"]  # cli imports runner only inside checked_run
+    assert f"{NAME}.run.runner" in g[f"{NAME}.cli.run"]  # cli imports runner only inside checked_run
 
 
 def test_no_import_cycles():
@@ -122,7 +122,7 @@ def test_every_module_imports_in_a_fresh_interpreter():
 # Runs the console script's entry point and reports whether torch got imported on the way out.
 WRAPPER = textwrap.dedent("""
     import sys
-    from deepen_run.cli import main
+    from deepen_run.cli.run import main
     try:
         main()
     finally:

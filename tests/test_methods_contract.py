@@ -7,14 +7,14 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import make_cfg, token_batch
-from deepen_run import backbone as bb
-from deepen_run.config import ROOT
-from deepen_run.glue import get_tasks
-from deepen_run import backbone_steps
+from deepen_run.model import backbone as bb
+from deepen_run.config.schema import ROOT
+from deepen_run.data.glue import get_tasks
+from deepen_run.model import steps as backbone_steps
 from deepen_run.methods import FOLDERS, METHODS, NAMES, config_of, contract, hook, owner, schema_of
-from deepen_run.model import EncoderClassifier, count, new_parameters, param_report
-from deepen_run.redact import public_config
-from deepen_run.train import optimizer_for
+from deepen_run.model.heads import EncoderClassifier, count, new_parameters, param_report
+from deepen_run.config.redact import public_config
+from deepen_run.run.train import optimizer_for
 
 TASKS = ["sst2", "stsb", "rte"]
 
@@ -132,7 +132,7 @@ class OutsideGate(EncoderClassifier):
 @pytest.mark.parametrize("toy,own", [(InsideAdapter, 2), (OutsideGate, 1)])
 @pytest.mark.parametrize("dup", [[], [1]])
 def test_a_new_method_gets_the_lr_rule_for_exactly_its_declared_weights(toy, own, dup):
-    # A fourth method only implements the contract (build, new_parameters): train.py is untouched,
+    # A fourth method only implements the contract (build, new_parameters): run/train.py is untouched,
     # and its new weights train at new_params_lr_scale x lr wherever they sit; with duplicated
     # layers (plain copies) the copies stay at 1x.
     cfg = make_cfg("backbone=tiny", "train.new_params_lr_scale=10", f"backbone.duplicate_layers={dup}")

@@ -1,7 +1,7 @@
 """Scale-out: two CPU processes (gloo) under torchrun train one model and record one MLflow run.
 
 torchrun is the engine under `accelerate launch --multi_gpu`; on a machine without a GPU,
-deepen_run.fast tells Accelerate to use CPU DDP (gloo).
+deepen_run.run.fast tells Accelerate to use CPU DDP (gloo).
 """
 import csv
 import math
@@ -13,9 +13,9 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 from conftest import HANG, make_cfg, runs_of
-from deepen_run.cli import quiet_other_ranks
-from deepen_run.config import ROOT
-from deepen_run.fast import resolve_precision
+from deepen_run.cli.run import quiet_other_ranks
+from deepen_run.config.schema import ROOT
+from deepen_run.run.fast import resolve_precision
 
 
 def test_only_rank_zero_keeps_hydra_outputs(monkeypatch):
@@ -52,7 +52,7 @@ def test_two_cpu_processes_make_one_run(glue_dir, tmp_path, method):
     # Two tasks: both ranks must draw the same task each step, and DDP must accept the other
     # task's head getting no gradient.
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        "-m", "deepen_run.cli", "task.names=[sst2,rte]", "backbone=tiny", f"method={method}",
+                        "-m", "deepen_run.cli.run", "task.names=[sst2,rte]", "backbone=tiny", f"method={method}",
                         "method.include_embeddings=true" if method == "hire" else "seed=42", f"data.glue_dir={glue_dir}",
                         "data.max_train_samples=256", "data.max_eval_samples=101", "data.max_seq_length=48",
                         "train.max_steps=6", "train.log_every=2", "train.batch_size=8", "train.learning_rate=1e-3",

@@ -6,8 +6,8 @@ from types import SimpleNamespace as NS
 import pytest
 
 from conftest import cli, make_cfg, runs_of
-from deepen_run.checkpoint import keeps_best
-from deepen_run.ui import KIND, VIEW_TAG
+from deepen_run.run.checkpoint import keeps_best
+from deepen_run.tracking.ui import KIND, VIEW_TAG
 
 TINY = ["backbone=tiny", "task=sst2", "data.max_train_samples=32", "data.max_eval_samples=32",
         "data.max_seq_length=32", "train.batch_size=8", "train.max_steps=3"]
@@ -52,7 +52,7 @@ def test_short_run_keeps_no_weights_and_ends_with_a_summary(glue_dir, mlflow_uri
 
 
 def test_dry_run_is_named_and_tagged(mlflow_uri, capsys):
-    from deepen_run.runner import run
+    from deepen_run.run.runner import run
 
     run(make_cfg("backbone=tiny", "dry_run=true", f"tracking.uri={mlflow_uri}"))
     _, (r,) = runs_of(mlflow_uri)

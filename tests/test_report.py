@@ -8,10 +8,10 @@ import pytest
 from scipy import stats
 
 from conftest import make_cfg
-from deepen_run import report
-from deepen_run.redact import public_config
-from deepen_run.runner import tags_for
-from deepen_run.tracking import Tracker, flatten
+from deepen_run.report import main as report
+from deepen_run.config.redact import public_config
+from deepen_run.run.runner import tags_for
+from deepen_run.tracking.store import Tracker, flatten
 
 EXP = "study-test"
 
@@ -184,7 +184,7 @@ def test_an_ambiguous_baseline_is_an_error_naming_the_candidates_and_the_flag(ml
 
 
 def test_holm_adjusts_over_every_contrast_of_the_report():
-    from deepen_run.report_contrasts import holm
+    from deepen_run.report.contrasts import holm
 
     # m = 4 (None is no test): sorted 0.01, 0.02, 0.03, 0.04 -> 0.04, 0.06, 0.06 (monotone), 0.06.
     assert holm([0.04, None, 0.01, 0.03, 0.02]) == [pytest.approx(0.06), None, pytest.approx(0.04),
@@ -284,7 +284,7 @@ def test_a_row_of_two_commits_is_marked_and_its_footnote_names_them(tmp_path, gl
     import shutil
 
     from conftest import cli
-    from deepen_run.config import ROOT
+    from deepen_run.config.schema import ROOT
 
     code = tmp_path / "code"
     for part in ("deepen_run", "conf"):

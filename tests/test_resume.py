@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import HANG, cli, isolated, runs_of
-from deepen_run.lifecycle import reap_orphans
-from deepen_run.tracking import Tracker
+from deepen_run.run.lifecycle import reap_orphans
+from deepen_run.tracking.store import Tracker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.subprocess]
 

@@ -1,4 +1,4 @@
-"""deepen-run deletes only files it created (deepen_run/rundir.py), tried with the real CLI."""
+"""deepen-run deletes only files it created (deepen_run/run/rundir.py), tried with the real CLI."""
 import os
 import signal
 import subprocess
@@ -94,7 +94,7 @@ def test_a_second_process_refused_by_the_lock_writes_nothing(tmp_path, glue_dir)
 
 @pytest.mark.parametrize("store", [False, True])
 def test_make_clean_removes_only_what_deepen_run_wrote(tmp_path, store):
-    from deepen_run.rundir import clean
+    from deepen_run.run.rundir import clean
 
     out = tmp_path / "outputs"
     files = {"runs/d/t1/.hydra/config.yaml": "a", "runs/d/t1/cli.log": "", "runs/d/t1/run.json": "{}",

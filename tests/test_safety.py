@@ -3,8 +3,8 @@ checkpoints hold only safetensors and weights_only-loadable state."""
 import torch
 
 from conftest import make_cfg
-from deepen_run.redact import MASK, public_config
-from deepen_run.tracking import flatten
+from deepen_run.config.redact import MASK, public_config
+from deepen_run.tracking.store import flatten
 
 
 def test_secrets_are_masked_in_params(monkeypatch):

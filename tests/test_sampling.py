@@ -5,8 +5,8 @@ from collections import Counter
 import pytest
 
 from conftest import make_cfg
-from deepen_run.data import train_size
-from deepen_run.sampling import TaskSampler, alpha_at, probabilities
+from deepen_run.data.loaders import train_size
+from deepen_run.data.sampling import TaskSampler, alpha_at, probabilities
 
 SIZES = {"sst2": 67349, "mrpc": 3668, "rte": 2490, "cola": 8551}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HANG, cli, isolated
-from deepen_run.train import long_run_warning
+from deepen_run.run.train import long_run_warning
 
 
 @pytest.mark.subprocess
@@ -63,8 +63,8 @@ def test_a_run_of_hours_says_so_after_its_first_steps(tmp_path, glue_dir):
 
 
 def test_probe_help_names_its_own_experiment_and_key():
-    from deepen_run.probe_cli import ProbeConfig
-    from deepen_run.usage import probe_help
+    from deepen_run.cli.probe import ProbeConfig
+    from deepen_run.cli.usage import probe_help
 
     text = probe_help(ProbeConfig)
     assert "tracking.experiment=deepen-probe" in text and "tracking.experiment=deepen-run" not in text

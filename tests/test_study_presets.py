@@ -7,8 +7,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from conftest import make_cfg
-from deepen_run.config import ROOT
-from deepen_run.sweep_check import job_overrides
+from deepen_run.config.schema import ROOT
+from deepen_run.sweep.check import job_overrides
 
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "study").glob("*.yaml"))
 
@@ -40,10 +40,10 @@ def _probe_layers(monkeypatch):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_job_of_a_study_preset_composes_and_builds(preset, glue_dir):
-    from deepen_run.backbone import load_model
-    from deepen_run.glue import get_tasks
+    from deepen_run.model.backbone import load_model
+    from deepen_run.data.glue import get_tasks
     from deepen_run.methods import METHODS
-    from deepen_run.preflight import numbers
+    from deepen_run.run.preflight import numbers
 
     expanded = jobs(preset)
     assert len(expanded) >= 4  # the multi-task pilot: 2 arms x 2 scales

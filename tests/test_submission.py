@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from conftest import make_cfg
-from deepen_run import submission
+from deepen_run.run import submission
 from deepen_run.errors import UserError
-from deepen_run.glue import TASKS
-from deepen_run.preflight import check
+from deepen_run.data.glue import TASKS
+from deepen_run.run.preflight import check
 
 
 def test_submission_rows_use_glue_label_strings():

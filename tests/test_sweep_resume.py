@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HANG, cli, runs_of
-from deepen_run import report
+from deepen_run.report import main as report
 
 SWEEP = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "seed=1,2,3,4,5,6", "task=rte", "backbone=tiny",
          "train.max_steps=30", "train.save_every=5", "train.log_every=5", "train.batch_size=32",

@@ -1,4 +1,4 @@
-"""A sweep's answer on its parent run (deepen_run/sweep_summary.py): its name, its run note (the
+"""A sweep's answer on its parent run (deepen_run/sweep/summary.py): its name, its run note (the
 report's table, kept up to date), its figure, the children's names and tags, the compare link, and
 a baseline trained once per seed beside two HIRE settings (arm presets). Real MLflow stores, the
 real CLI, the tiny random BERT on real GLUE RTE files."""
@@ -9,8 +9,10 @@ import time
 import pytest
 
 from conftest import HANG, cli, runs_of
-from deepen_run import report, sweep_summary, ui
-from deepen_run.tracking import Tracker, find_runs
+from deepen_run.report import main as report
+from deepen_run.sweep import summary as sweep_summary
+from deepen_run.tracking import ui
+from deepen_run.tracking.store import Tracker, find_runs
 
 TINY = ["task=rte", "backbone=tiny", "train.max_steps=2", "train.batch_size=8", "train.learning_rate=1e-3",
         "data.max_train_samples=32", "data.max_eval_samples=64", "data.max_seq_length=32"]

@@ -6,7 +6,7 @@ import statistics
 import pytest
 
 from conftest import HANG, cli, runs_of
-from deepen_run import report
+from deepen_run.report import main as report
 
 TINY = ["task=rte", "backbone=tiny", "train.max_steps=2", "train.batch_size=8", "train.learning_rate=1e-3",
         "data.max_train_samples=32", "data.max_eval_samples=64", "data.max_seq_length=32"]
@@ -79,7 +79,7 @@ def test_report_cell_is_mean_and_std_of_the_children(joblib_sweep, capsys):
 
 
 def test_child_run_names_carry_the_swept_values():
-    from deepen_run.sweep_jobs import SweepJob
+    from deepen_run.sweep.jobs import SweepJob
 
     info = {"params": {"method.gru_layers": "1,2,3", "method.layers": "[2,3]", "seed": "1,2",
                        "train.learning_rate": "interval(1e-5, 1e-4)", "dry_run": "true"}}

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from conftest import cli, make_cfg, runs_of
-from deepen_run.data import train_size
+from deepen_run.data.loaders import train_size
 from deepen_run.errors import UserError
-from deepen_run.preflight import numbers
+from deepen_run.run.preflight import numbers
 
 TASKS = ["sst2", "mrpc", "rte", "stsb"]
 

@@ -4,9 +4,9 @@ import math
 
 from mlflow.tracking import MlflowClient
 
-from deepen_run import metrics
-from deepen_run.evaluation import eval_metrics, warn_undefined
-from deepen_run.tracking import Tracker
+from deepen_run.data import metrics
+from deepen_run.run.evaluation import eval_metrics, warn_undefined
+from deepen_run.tracking.store import Tracker
 
 REFS = [0.0, 1.5, 3.0, 4.5, 5.0, 2.0]
 TASK_OF = {"stsb": "stsb", "mrpc": "mrpc"}

@@ -13,14 +13,14 @@ import pytest
 
 from conftest import HANG
 
-from deepen_run.config import Config
+from deepen_run.config.schema import Config
 from deepen_run.methods import METHODS
-from deepen_run.probe_cli import ProbeConfig
-from deepen_run.usage import key_help
+from deepen_run.cli.probe import ProbeConfig
+from deepen_run.cli.usage import key_help
 
 
 def leaf_keys(cls, prefix: str = "") -> list[str]:
-    """Every scalar key of a schema, walked from the dataclasses themselves (not from usage.py)."""
+    """Every scalar key of a schema, walked from the dataclasses themselves (not from cli/usage.py)."""
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):

@@ -12,7 +12,7 @@ A method's folder holds (what each must provide is written down as Protocols in 
                                  wherever it sits) and forward(task, ...) -> contract.Output;
                                  it sets requires_grad for what trains
     and optionally the hooks (contract.OPTIONAL_HOOKS, fetched with hook(module, name)):
-    after_build(model, ctx)      before training (ctx: deepen_run.context.RunContext)
+    after_build(model, ctx)      before training (ctx: deepen_run.run.context.RunContext)
     after_train(model, ctx)      after the final evaluation (figures, tables)
   report.py    optional: what after_train records
 conf/method/<name>.yaml, optional, selects the schema (a defaults line) and may say more; without it
@@ -22,6 +22,14 @@ tests/test_methods_contract.py then checks it (tests/test_add_method.py adds one
 NAMES: every method=<name> option (methods and their presets). METHODS maps each name to its model
 module, imported on first access (METHODS["hire"] imports deepen_run.methods.hire.model, and torch
 with it); config_of(name) gives the light module, schema_of(name) the dataclass.
+
+Layers: this registry, contract.py and each method's config.py are light and sit low, in the config
+layer (config/schema.py registers their schemas); a method's other modules (model.py, report.py:
+"method models") sit above model/. The registry reaches the model modules only by name (importlib).
+May import: base, config
+Method models may import: base, config, methods, data, model
+A config module's check(cfg) may import inside the function: model (layer indices against the
+backbone's depth, read from its config file; the pre-flight calls it after transformers loads)
 """
 from __future__ import annotations
 

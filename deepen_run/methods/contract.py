@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 class Output:
     """What a method's forward returns. extras: whatever else the method hands out per example
     (HIRE: its layer importances "alpha", (B, J)), each a tensor whose first dim is the batch; the
-    shared prediction loop (deepen_run/predict.py) gathers them in dev order during evaluation, so a
+    shared prediction loop (deepen_run/run/predict.py) gathers them in dev order during evaluation, so a
     method's report needs no second pass over the dev set and no state left on the module."""
 
     logits: Any
@@ -54,7 +54,7 @@ class MethodConfigModule(Protocol):
 
     Config: type
     """Dataclass of method.*: a `name` field defaulting to <name>, a docstring line `key: meaning`
-    for every field (deepen_run/usage.py), its defaults the only ones (conf/method/<name>.yaml just
+    for every field (deepen_run/cli/usage.py), its defaults the only ones (conf/method/<name>.yaml just
     selects it)."""
 
 
@@ -75,7 +75,7 @@ def _check(cfg) -> None:
 
 
 def _after_build(model, ctx) -> None:
-    """Once the data is loaded, before training (ctx: deepen_run.context.RunContext)."""
+    """Once the data is loaded, before training (ctx: deepen_run.run.context.RunContext)."""
 
 
 def _after_train(model, ctx) -> None:

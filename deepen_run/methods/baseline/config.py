@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from deepen_run.choices import Pooling
+from deepen_run.config.choices import Pooling
 from deepen_run.errors import UserError
 
 
@@ -46,8 +46,8 @@ def check(cfg) -> None:
     also sets backbone.duplicate_layers replaced that link: two lists, which one was meant?"""
     layers = list(cfg.method.get("layers") or [])
     if layers:
-        from deepen_run.backbone import depth
-        from deepen_run.layers import check_indices
+        from deepen_run.model.backbone import depth
+        from deepen_run.model.layers import check_indices
 
         check_indices(layers, depth(cfg.backbone), "method.layers")
     if layers and layers != list(cfg.backbone.duplicate_layers or []):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from deepen_run.methods.baseline.config import Config  # noqa: F401 (the method's contract)
-from deepen_run.model import EncoderClassifier
+from deepen_run.model.heads import EncoderClassifier
 
 
 def build(backbone, cfg: Config, tasks):

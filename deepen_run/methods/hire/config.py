@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from deepen_run.choices import Pool, StrEnum
-from deepen_run.config import neutral
+from deepen_run.config.choices import Pool, StrEnum
+from deepen_run.config.schema import neutral
 from deepen_run.errors import UserError
 
 
 class Summary(StrEnum):
-    """method.summary: a layer's BiGRU outputs -> s_j (see deepen_run.choices for why StrEnum)."""
+    """method.summary: a layer's BiGRU outputs -> s_j (see deepen_run.config.choices for why StrEnum)."""
     mean = "mean"
     last = "last"
 

@@ -16,11 +16,11 @@ from typing import Optional
 import torch
 from torch import nn
 
-from deepen_run import layers as surgery
+from deepen_run.model import layers as surgery
 from deepen_run.errors import UserError
 from deepen_run.methods.hire.config import Config, check, check_method  # noqa: F401 (the method's contract)
 from deepen_run.methods.contract import Output
-from deepen_run.model import TaskHeads, pool
+from deepen_run.model.heads import TaskHeads, pool
 
 
 def reverse_within(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

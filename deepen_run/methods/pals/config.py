@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepen_run.choices import Pooling
+from deepen_run.config.choices import Pooling
 from deepen_run.errors import UserError
 
 

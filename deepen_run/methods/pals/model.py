@@ -25,7 +25,7 @@ from torch import nn
 
 from deepen_run.errors import UserError
 from deepen_run.methods.pals.config import Config, check, size_problem  # noqa: F401 (the method's contract)
-from deepen_run.model import EncoderClassifier
+from deepen_run.model.heads import EncoderClassifier
 
 
 class ProjectedAttention(nn.Module):

@@ -1,0 +1,163 @@
+"""`deepen-run`: the Hydra entry point. Bad input prints one line and exits 2, before heavy work.
+
+- Composition errors (unknown group option or key, wrong type, bad override syntax) are Hydra's
+  own message, folded onto one line: `main` asks Hydra to raise them (HYDRA_FULL_ERROR) instead of
+  printing them over several lines, and prints them itself.
+- The pre-flight (deepen_run/run/preflight.py) runs before torch, the model or an MLflow run.
+- A UserError before an MLflow run exists removes what the attempt created, and nothing else
+  (deepen_run/run/rundir.py): deepen-run deletes only files it created.
+- In a sweep, a failing job is recorded (FAILED child) and returns NaN so the other jobs go on
+  (deepen_run/sweep/callback.py).
+- Ctrl-C / SIGTERM / SIGUSR1 / SIGUSR2: the run ends KILLED with a checkpoint; exit code 128 +
+  signal number (a sweep too: every job and the parent end KILLED).
+- One run dir holds one run: the run's dir is locked for its life (lifecycle.run_dir_lock).
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import hydra  # noqa: E402
+
+from deepen_run.config.schema import ROOT, register  # noqa: E402
+from deepen_run.errors import UserError, fail, fail_with  # noqa: E402
+from deepen_run.util import one_line  # noqa: E402
+
+register()
+
+
+def _log_only(msg: str) -> None:
+    """Record the error in the job's log file, not on the console (stderr already has it)."""
+    rec = logging.LogRecord("deepen_run", logging.ERROR, __file__, 0, msg, None, None)
+    for h in logging.getLogger().handlers:
+        if isinstance(h, logging.FileHandler):
+            h.handle(rec)
+
+
+# Under `accelerate launch` / torchrun every process runs this entry point. Rank 0 keeps Hydra's
+# run directory (.hydra/ config, log file, checkpoints); the others get a private scratch dir,
+# removed at exit, with no .hydra/ and no log: one run leaves one directory, and no code that
+# writes to (or cleans) "the run dir" can touch rank 0's or the user's working directory.
+# RANK is the global rank both launchers set (multi-node included).
+QUIET_RANK = (("hydra.output_subdir", "null"), ("hydra/job_logging", "disabled"), ("hydra/hydra_logging", "disabled"))
+
+
+def quiet_other_ranks(argv: list[str]) -> list[str]:
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        return argv
+    scratch = tempfile.mkdtemp(prefix=f"deepen-run-rank{rank}-")
+    atexit.register(shutil.rmtree, scratch, True)
+    quiet = {"hydra.run.dir": scratch, **dict(QUIET_RANK)}
+    # Replace, not add: Hydra rejects a key given twice, and rank 0 alone owns the run dir.
+    keep = [a for a in argv[1:] if a.split("=", 1)[0].lstrip("+~") not in quiet]
+    return argv[:1] + keep + [f"{k}={v}" for k, v in quiet.items()]
+
+
+def _task(cfg) -> float:
+    from deepen_run.run.lifecycle import Interrupted
+    from deepen_run.run.runlog import copied_to_log
+    from deepen_run.sweep.jobs import current_job
+
+    job = current_job()
+    with copied_to_log():  # the run dir's log holds what the run printed
+        if job is not None:
+            return job.run(cfg, checked_run)  # a failing job returns NaN so the sweep goes on
+        try:
+            return checked_run(cfg)
+        except UserError as e:
+            _log_only(one_line(e))
+            raise  # through Hydra: rundir.RunDirGuard removes what this attempt created, then prints it
+        except KeyboardInterrupt as e:
+            signum = getattr(e, "signum", 2)
+            print(f"\ndeepen-run: stopped by {Interrupted(signum)}; {_what_is_left(e)}", file=sys.stderr)
+            sys.exit(128 + signum)
+
+
+def _what_is_left(e: KeyboardInterrupt) -> str:
+    """The truth about a stopped run: the runner says which checkpoint it left (if it got that far)."""
+    if not hasattr(e, "checkpoint"):
+        return "no MLflow run had started yet; nothing to continue"
+    if e.checkpoint is None:
+        return "the run is KILLED with no checkpoint (resume=auto runs it again from step 0 as the same run)"
+    return f"the run is KILLED, its checkpoint {e.checkpoint.name} kept (continue with resume=auto)"
+
+
+def _hydra_main() -> None:
+    hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")(_task)()
+
+
+def _from_task(e: BaseException) -> bool:
+    """Was `e` raised inside the task function (a run), not while Hydra composed the config?"""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is _task.__code__:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
+    """Resume lookup, pre-flight, signal handling, then the run itself."""
+    from deepen_run.run import resume
+    from contextlib import nullcontext
+
+    from deepen_run.data.fingerprint import same_data
+    from deepen_run.run.lifecycle import SignalGuard, guard, run_dir_lock
+    from deepen_run.run.preflight import check
+
+    cfg, home = resume.resolve(cfg)
+    folder = home or resume.current_dir()
+    # Only rank 0 owns the run dir; the other ranks of a multi-process run share its home.
+    holding = run_dir_lock(folder) if folder is not None and os.environ.get("RANK", "0") == "0" else nullcontext()
+    with holding:
+        tasks = check(cfg)
+        if home is not None:
+            same_data(home, cfg, tasks)  # a resumed run trains on the data it started with
+        # This run's guard, given back after it (a sweep worker runs many); a sweep job installed its own.
+        installed = guard()
+        signals = installed if installed.previous else SignalGuard().install()
+        from deepen_run.run.runner import run
+
+        try:
+            return run(cfg, tasks, home, tags=tags)
+        finally:
+            if signals is not installed:
+                signals.uninstall()
+
+
+def main() -> None:
+    from deepen_run.cli.usage import run_help, wants_help
+
+    if wants_help(sys.argv):  # our own page (every key, from the schema) instead of Hydra's generic one
+        print(run_help())
+        return
+    sys.argv = quiet_other_ranks(sys.argv)
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # raise composition errors to us instead of printing them
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        _hydra_main()
+    except KeyboardInterrupt as e:  # a sweep's job stopped by a signal (a single run exits in _task)
+        sys.exit(128 + getattr(e, "signum", 2))  # its parent is closed KILLED at exit (sweep/launch.py)
+    except UserError as e:  # normally printed by rundir.RunDirGuard.on_run_end, before Hydra's own line
+        fail_with(e)
+    except (HydraException, OmegaConfBaseException) as e:
+        if _from_task(e):
+            raise
+        from deepen_run.run.preflight import typo
+
+        better = typo(str(e), sys.argv[1:])  # a key without + that the schema lacks: did you mean ...
+        cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
+        fail(str(better) if better else f"{e} {one_line(cause) if cause else ''}", 2)
+
+
+if __name__ == "__main__":
+    main()

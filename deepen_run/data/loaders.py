@@ -1,0 +1,144 @@
+"""GLUE splits -> tokenized `datasets` -> single-task loaders with dynamic padding.
+
+Two sources give the same columns (text_a, text_b, label, idx) and the Hub's label ids:
+a local folder of the original GLUE TSV files (validated row by row, so a bad file is reported
+with its line number) or the Hugging Face Hub's nyu-mll/glue.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import datasets
+import torch
+from torch.utils.data import DataLoader
+from transformers import DataCollatorWithPadding
+
+from deepen_run.errors import UserError
+from deepen_run.data.glue import TaskSpec
+from deepen_run.data.tsv import check_glue_dir, read_tsv  # noqa: F401 (re-exported)
+
+
+@dataclass
+class TaskData:
+    spec: TaskSpec
+    train: Optional[datasets.Dataset]
+    dev: dict[str, datasets.Dataset]  # eval name (sst2, mnli-m, ...) -> dataset
+    test: dict[str, datasets.Dataset]  # submission stem (SST-2, MNLI-m, ...) -> dataset
+
+
+def _from_tsv(glue_dir: str, spec: TaskSpec, stem: str, labelled: bool) -> datasets.Dataset:
+    path = Path(glue_dir) / spec.folder / f"{stem}.tsv"
+    feats = {"text_a": datasets.Value("string"), "label": datasets.Value(
+        "float32" if spec.is_regression else "int64"), "idx": datasets.Value("int64")}
+    if spec.text_b:
+        feats["text_b"] = datasets.Value("string")
+    return datasets.Dataset.from_dict(read_tsv(path, spec, labelled), features=datasets.Features(feats))
+
+
+def _from_hub(spec: TaskSpec, split: str) -> datasets.Dataset:
+    try:
+        ds = datasets.load_dataset("nyu-mll/glue", spec.name, split=split)
+    except (ConnectionError, FileNotFoundError, OSError) as e:
+        raise UserError(f"GLUE {spec.name} ({split}) is not in the datasets cache and the Hub cannot be "
+                        "reached; set DEEPEN_GLUE_DIR or data.glue_dir=<folder of GLUE TSVs>") from e
+    ren = {spec.text_a: "text_a"} | ({spec.text_b: "text_b"} if spec.text_b else {})
+    return ds.rename_columns(ren)
+
+
+def load_raw(spec: TaskSpec, glue_dir: Optional[str], stem: str, hub_split: str, labelled=True):
+    if glue_dir is None:
+        return _from_hub(spec, hub_split)
+    return _from_tsv(glue_dir, spec, stem, labelled)
+
+
+def _subsample(ds: datasets.Dataset, n: Optional[int], seed: int) -> datasets.Dataset:
+    # A seeded shuffle before cutting, so a subset of SST-2 is not just its first reviews.
+    if n is None or n >= len(ds):
+        return ds
+    return ds.shuffle(seed=seed).select(range(n))
+
+
+def train_size(n: int, fraction: Optional[float], cap: Optional[int]) -> int:
+    """Examples kept out of n: the fraction first (at least one example), then the cap. The same
+    fraction of every task keeps their size ratios, so the sampler's N_i stay meaningful."""
+    if fraction is not None:
+        n = max(1, round(fraction * n))
+    return n if cap is None else min(n, cap)
+
+
+def tokenize(ds: datasets.Dataset, tokenizer, max_len: int, cache_dir: str, tag: str) -> datasets.Dataset:
+    """Tokenize once; the result is cached on disk keyed by data, tokenizer and length."""
+    key = hashlib.sha1(f"{ds._fingerprint}|{tokenizer.name_or_path}|{len(tokenizer)}|{max_len}|{tag}"
+                       .encode()).hexdigest()[:16]
+    os.makedirs(cache_dir, exist_ok=True)
+    pair = "text_b" in ds.column_names
+
+    def fn(batch):
+        args = (batch["text_a"], batch["text_b"]) if pair else (batch["text_a"],)
+        return tokenizer(*args, truncation=True, max_length=max_len)
+
+    drop = [c for c in ds.column_names if c not in ("label", "idx")]
+    return ds.map(fn, batched=True, remove_columns=drop, desc=f"tokenize {tag}",
+                  cache_file_name=os.path.join(cache_dir, f"{tag}-{key}.arrow"))
+
+
+def _fingerprinted(ds: datasets.Dataset, source: str) -> datasets.Dataset:
+    # Datasets built in memory get a random fingerprint; derive a stable one from the content
+    # source so the tokenization cache hits on the next run.
+    ds._fingerprint = hashlib.sha1(source.encode()).hexdigest()[:16]
+    return ds
+
+
+def _source_key(glue_dir, spec, stem) -> str:
+    if glue_dir is None:
+        return f"hub|{spec.name}|{stem}"
+    p = Path(glue_dir) / spec.folder / f"{stem}.tsv"
+    st = p.stat()
+    return f"{p.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def load_task(spec: TaskSpec, dcfg, tokenizer, seed: int, with_train=True, with_test=False) -> TaskData:
+    def get(stem, hub_split, labelled, limit, fraction=None):
+        raw = load_raw(spec, dcfg.glue_dir, stem, hub_split, labelled)
+        raw = _fingerprinted(raw, _source_key(dcfg.glue_dir, spec, stem))
+        raw = _subsample(raw, train_size(len(raw), fraction, limit), seed)
+        return tokenize(raw, tokenizer, dcfg.max_seq_length, dcfg.cache_dir, f"{spec.name}-{stem}")
+
+    train = get("train", "train", True, dcfg.max_train_samples, dcfg.train_fraction) if with_train else None
+    dev = {name: get(stem, hub, True, dcfg.max_eval_samples)
+           for name, (stem, hub) in zip(spec.eval_names, spec.dev_splits)}
+    test = {}
+    if with_test:
+        for sub, (stem, hub) in zip(spec.submission, spec.test_splits):
+            if dcfg.glue_dir is None or (Path(dcfg.glue_dir) / spec.folder / f"{stem}.tsv").is_file():
+                test[sub] = get(stem, hub, False, None)
+    return TaskData(spec, train, dev, test)
+
+
+def length_grouped(ds: datasets.Dataset, batch_size: int, gen: torch.Generator):
+    """transformers' (the Trainer's) sampler: shuffle, sort megabatches of 50 batches by length.
+    Lengths read from the column at once (the sampler's own default reads the rows one by one);
+    it keeps `generator`, which checkpoint.TaskStream re-seeds each epoch for an exact resume."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    return LengthGroupedSampler(batch_size, lengths=[len(x) for x in ds["input_ids"]], generator=gen)
+
+
+def make_loader(ds: datasets.Dataset, tokenizer, batch_size: int, shuffle: bool, seed: int,
+                group_by_length: bool = False, num_workers: int = 0) -> DataLoader:
+    collate = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=None)
+    cols = [c for c in ds.column_names if c in ("input_ids", "attention_mask", "token_type_ids", "label")]
+    # Plain Python rows, not with_format("torch"): the collator pads lists and builds each batch's
+    # tensors once, ~2.5x faster per batch than padding per-example tensors.
+    ds = ds.select_columns(cols).with_format(None)
+    gen = torch.Generator().manual_seed(seed)
+    if group_by_length and shuffle:
+        sampler = length_grouped(ds, batch_size, gen)
+        return DataLoader(ds, batch_size=batch_size, sampler=sampler, collate_fn=collate,
+                          num_workers=num_workers)
+    return DataLoader(ds, batch_size=batch_size, shuffle=shuffle, generator=gen, collate_fn=collate,
+                      num_workers=num_workers)

@@ -1,0 +1,125 @@
+"""Surgery on an encoder's layer stack: find it, duplicate layers in it, or run it reordered.
+
+Works on any Hugging Face encoder that keeps its layers in `base_model.encoder.layer`, a
+ModuleList (BERT, RoBERTa, MiniLM). Shared by the duplication step (deepen_run/model/duplication.py,
+`backbone.duplicate_layers`, method=duplicate) and the redundancy probe.
+"""
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+from torch import nn
+
+from deepen_run.errors import UserError
+
+
+def encoder_layers(backbone: nn.Module) -> nn.ModuleList:
+    encoder = getattr(getattr(backbone, "base_model", backbone), "encoder", None)
+    layers = getattr(encoder, "layer", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise UserError(f"{type(backbone).__name__} keeps no encoder.layer ModuleList; layer duplication and "
+                        "the probe support BERT-style encoders (bert, roberta, MiniLM)")
+    return layers
+
+
+def check_indices(indices: Sequence[int], depth: int, what: str = "method.layers") -> None:
+    bad = [i for i in indices if not 0 <= i < depth]
+    if bad:
+        raise UserError(f"{what}={list(indices)}: {bad} out of range; this backbone has {depth} layers, "
+                        f"valid indices are 0..{depth - 1}")
+
+
+def _renumber(layers: nn.ModuleList, config) -> None:
+    """Keep the per-layer bookkeeping transformers relies on consistent with the new order:
+    `layer_idx` (attention modules use it to address their slot in a KV cache) and the config's
+    layer count, which from_pretrained uses to rebuild the stack before loading weights."""
+    for pos, layer in enumerate(layers):
+        for m in layer.modules():
+            if hasattr(m, "layer_idx"):
+                m.layer_idx = pos
+    config.num_hidden_layers = len(layers)
+
+
+def duplicate(backbone: nn.Module, indices: Sequence[int], what: str = "method.layers") -> list[int]:
+    """Insert an independent deep copy of layer i right after layer i, for each i in `indices`
+    (an index listed twice gets two copies). No weights change, nothing is trained.
+
+    Returns, for each position of the new stack, the original index it came from; the backbone
+    keeps that list as `layer_sources` (see sources()), so methods can name the copies.
+    """
+    layers = encoder_layers(backbone)
+    depth = len(layers)
+    check_indices(indices, depth, what)
+    # Duplicating twice composes: positions refer to the current stack, sources to the original.
+    before = sources(backbone)
+    copies = {i: list(indices).count(i) for i in set(indices)}
+    order = [i for i in range(depth) for _ in range(1 + copies.get(i, 0))]
+    new = []
+    for i in range(depth):
+        new.append(layers[i])
+        # deepcopy, not a second reference: the copy must train independently of its source.
+        new.extend(copy.deepcopy(layers[i]) for _ in range(copies.get(i, 0)))
+    encoder_layers_parent(backbone).layer = nn.ModuleList(new)
+    config = backbone.config
+    if isinstance(getattr(config, "layer_types", None), list) and len(config.layer_types) == depth:
+        config.layer_types = [config.layer_types[s] for s in order]
+    _renumber(encoder_layers(backbone), config)
+    backbone.layer_sources = [before[s] for s in order]
+    return list(backbone.layer_sources)
+
+
+def sources(backbone: nn.Module) -> list[int]:
+    """For each position of the layer stack, the original (0-based) layer it is, or is a copy of."""
+    found = getattr(backbone, "layer_sources", None)
+    return list(found) if found is not None else list(range(backbone.config.num_hidden_layers))
+
+
+def original_positions(sources: Sequence[int]) -> list[int]:
+    """Positions of the original layers in a deepened stack (the first of each run of one source):
+    running only these reproduces the pretrained model exactly."""
+    return [p for p, s in enumerate(sources) if p == 0 or sources[p - 1] != s]
+
+
+def hidden_state_labels(sources: Sequence[int]) -> list[str]:
+    """Labels of hidden_states[0..L'] in the original numbering: "0" the embeddings, "j" the output of
+    original layer j (1-based), "j'" its first copy, "j''" the second."""
+    labels, seen = ["0"], {}
+    for s in sources:
+        labels.append(f"{s + 1}" + "'" * seen.get(s, 0))
+        seen[s] = seen.get(s, 0) + 1
+    return labels
+
+
+def metric_label(label: str) -> str:
+    """An MLflow-safe form of a hidden_state_labels entry (no quotes): 3 -> layer_3, 3'' -> layer_3_copy2."""
+    copies = label.count("'")
+    return f"layer_{label.rstrip(chr(39))}" + (f"_copy{copies}" if copies else "")
+
+
+def encoder_layers_parent(backbone: nn.Module) -> nn.Module:
+    encoder_layers(backbone)  # raises the UserError if there is no layer stack
+    return getattr(backbone, "base_model", backbone).encoder
+
+
+@contextmanager
+def layer_stack(backbone: nn.Module, modules: Sequence[nn.Module]) -> Iterator[None]:
+    """Run the encoder with another stack of modules (existing layers, shared, in any order),
+    then put the original stack back. For measurements only: a layer listed twice is the same
+    module, so training through it would tie the two uses' weights."""
+    parent = encoder_layers_parent(backbone)
+    original, depth = parent.layer, backbone.config.num_hidden_layers
+    parent.layer = nn.ModuleList(modules)
+    backbone.config.num_hidden_layers = len(modules)
+    try:
+        yield
+    finally:
+        parent.layer = original
+        backbone.config.num_hidden_layers = depth
+
+
+def layer_order(backbone: nn.Module, order: Sequence[int]):
+    """The stack's own layers in another order: skip one (removal) or repeat one (duplication)."""
+    layers = encoder_layers(backbone)
+    return layer_stack(backbone, [layers[j] for j in order])

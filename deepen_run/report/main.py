@@ -1,0 +1,291 @@
+"""`deepen-report`: the study's results table, from the runs in MLflow.
+
+Rows: runs that share every setting but the seed (deepen_run/report/rows.py); a row is labelled by
+backbone, method, setup (single-task, or multi-task with its tasks and schedule) and the settings
+that differ between rows. Columns: each GLUE task's mean metric x100 (MRPC: mean of accuracy and
+F1, STS-B: of Pearson and Spearman, MNLI: of -m and -mm, as in the GLUE score) as mean ± sample std
+over the row's seeds, the average over the row's tasks, the paired difference of that average to
+the row's baseline with a 95% t interval, parameter counts and the measured training step time.
+Dry runs and unfinished runs never enter the table.
+
+Contrasts (deepen_run/report/contrasts.py): every row against its baseline and any named A:B,
+per task and on the average, paired by seed, with t intervals and Holm-adjusted p-values. Nothing
+is mixed silently: a row of several code versions (git_commit) and a seed run twice are marked in
+footnotes; --json and --seeds-csv give every per-seed value behind the numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from types import MappingProxyType
+from typing import Optional
+
+from deepen_run.report import contrasts as rc
+from deepen_run.report import rows as rr
+from deepen_run.errors import UserError
+from deepen_run.data.glue import TASKS
+from deepen_run.methods import REFERENCE
+from deepen_run.report.output import seeds_csv, to_csv, to_markdown  # noqa: F401 (part of this module's API)
+
+SIZES = MappingProxyType({"params_total": "params/total", "params_trainable": "params/trainable",
+                          "x_backbone": "params/ratio", "step_time_s": "train/step_time_s"})
+
+
+def task_value(metrics: dict[str, float], task: str) -> Optional[float]:
+    """A task's mean official metric x100 in one run, or None when the run did not evaluate it."""
+    spec = TASKS[task]
+    vals = [metrics.get(f"eval/{name}/{m}") for name in spec.eval_names for m in spec.metrics]
+    vals = [v for v in vals if v is not None and not math.isnan(v)]
+    return 100 * sum(vals) / len(vals) if vals else None
+
+
+def _stats(vals: list[float]) -> dict:
+    return {"mean": statistics.fmean(vals), "std": statistics.stdev(vals) if len(vals) > 1 else None,
+            "n": len(vals)}
+
+
+def paired_delta(row: dict[str, dict], base: dict[str, dict]) -> Optional[dict]:
+    """Row minus baseline in the average over their common tasks, paired by seed (per_seed dicts):
+    the mean of the per-seed differences with a 95% t interval (n-1 degrees of freedom); None
+    without a common seed, no interval with one."""
+    tasks = [t for t in row if t in base]
+    d = rc.paired(rc.seed_avgs(row, tasks), rc.seed_avgs(base, tasks))
+    return None if d is None else {k: d[k] for k in ("mean", "lo", "hi", "n")}
+
+
+def _commits(runs: list[dict]) -> dict[str, list[str]]:
+    """git_commit tag -> the seeds run at it (runs logged without the tag: "unrecorded")."""
+    out: dict[str, set[str]] = {}
+    for r in runs:
+        out.setdefault(r["tags"].get("git_commit", "unrecorded"), set()).add(str(r["tags"].get("seed", r["run_id"])))
+    return {c: sorted(s, key=rc.seed_order) for c, s in sorted(out.items())}
+
+
+def _baseline(key: tuple, keys: list[tuple], picked: set[tuple], label: dict) -> Optional[tuple]:
+    """The row's baseline: itself when it is one; the one candidate; else the one picked by --baseline."""
+    cands = rr.baseline_candidates(key, keys)
+    if key in cands or not cands:
+        return key if key in cands else None
+    chosen = [c for c in cands if c in picked] if len(cands) > 1 else cands
+    if len(chosen) == 1:
+        return chosen[0]
+    d = dict(key)
+    names = ", ".join(f"row {keys.index(c) + 1} ({label[c]})" for c in cands)
+    raise UserError(f"row {keys.index(key) + 1} ({d['method.name']}, {rr.setup(key)}, {label[key]}) has "
+                    f"{len(cands)} candidate baselines: {names}; pick one with --baseline ROW or --baseline "
+                    f"'KEY=VALUE ...' (e.g. --baseline {keys.index(cands[0]) + 1} or --baseline '{label[cands[0]]}')")
+
+
+def _sizes(runs: list[dict]) -> dict:
+    """Mean parameter counts and step time of a row's runs. x_backbone_all: the parameters that
+    serve all the row's tasks, in backbones: one model per task for single-task rows (the sum of the
+    tasks' ratios), the one shared model for a multi-task row."""
+    out = {}
+    for name, metric in SIZES.items():
+        vals = [r["metrics"][metric] for r in runs if metric in r["metrics"]]
+        out[name] = statistics.fmean(vals) if vals else None
+    ratios: dict[str, list[float]] = {}
+    for r in runs:
+        if "params/ratio" in r["metrics"]:
+            ratios.setdefault(r["tags"]["task"], []).append(r["metrics"]["params/ratio"])
+    out["x_backbone_all"] = sum(statistics.fmean(v) for v in ratios.values()) if ratios else None
+    return out
+
+
+def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optional[list[str]] = None,
+          baselines: Optional[list[str]] = None, default_contrasts: bool = True) -> dict:
+    """runs: tracking.find_runs dicts; only: these tasks' columns (and average, delta) alone;
+    contrasts: "A:B" specs (report/contrasts.py, parse) on top of every row vs its baseline (unless
+    default_contrasts=False); baselines: --baseline specs, which pick among several candidates.
+    Returns {"tasks": [...], "rows": [...], "contrasts": [...]}; a row has id (1-based), backbone,
+    method, setup, settings (its label), config (its full settings), per task and "avg" {"mean",
+    "std", "n"} or None, per_seed {task: {seed: value}}, "delta" (vs its baseline) and "baseline"
+    (that row's id), commits {git_commit: seeds}, repeats (seeds run more than once), the sizes and
+    "n" (seeds)."""
+    groups: dict[tuple, dict[str, list[tuple[str, float, dict]]]] = {}  # key -> task -> [(seed, value, run)]
+    members: dict[tuple, list[dict]] = {}
+    for r in runs:
+        tags = r["tags"]
+        if r["status"] != "FINISHED" or tags.get("sweep_role") == "parent" or "task" not in tags or rr.is_dry(r):
+            continue
+        key = rr.key_of(r)
+        for t in rr.tasks_of(r):
+            v = task_value(r["metrics"], t) if t in TASKS and (only is None or t in only) else None
+            if v is not None:
+                groups.setdefault(key, {}).setdefault(t, []).append((tags.get("seed", r["run_id"]), v, r))
+                if r not in members.setdefault(key, []):
+                    members[key].append(r)
+    order = [t for t in TASKS if any(t in g for g in groups.values())]
+    keys = sorted(groups, key=lambda k: (rr.setup(k) != "single-task", dict(k)["method.name"] != REFERENCE, k))
+    label = rr.labels(keys)
+    rows = []
+    for i, key in enumerate(keys, 1):
+        d = dict(key)
+        ps, repeats = rc.per_seed({t: groups[key][t] for t in order if t in groups[key]})
+        row = {"id": i, "backbone": d["backbone.name"], "method": d["method.name"], "setup": rr.setup(key),
+               "settings": label[key], "config": d, "per_seed": ps, "repeats": repeats,
+               "commits": _commits(members[key])}
+        for t in order:
+            # One value a seed (a seed run by two sweeps counts once), so n and the std are over seeds.
+            row[t] = _stats(list(ps[t].values())) if t in ps else None
+        # The average's spread is over the seeds that have every task of the row.
+        avgs = list(rc.seed_avgs(ps, list(ps)).values())
+        row["avg"] = {"mean": statistics.fmean(row[t]["mean"] for t in ps),
+                      "std": _stats(avgs)["std"] if avgs else None, "n": len(avgs)}
+        row["n"] = max(len(v) for v in ps.values())
+        rows.append(row | _sizes(members[key]))
+    picked: set[tuple] = set()  # --baseline: the rows it names; among a row's candidates, one must remain
+    for b in baselines or []:
+        ids = rc.matches(b, rows, f"--baseline {b!r}")
+        if not ids:
+            raise UserError(f"--baseline {b!r} matches no row")
+        picked |= {keys[i - 1] for i in ids}
+    for key, row in zip(keys, rows):
+        base = _baseline(key, keys, picked, label)
+        row["baseline"] = keys.index(base) + 1 if base is not None else None
+        row["delta"] = paired_delta(row["per_seed"], rows[row["baseline"] - 1]["per_seed"]) \
+            if base is not None and base != key else None
+    return {"tasks": order, "rows": rows, "contrasts": rc.compute(rows, contrasts or [], default_contrasts)}
+
+
+def to_json(table: dict) -> str:
+    """The rows' per-seed values and the contrasts: every number of the report, to check by hand."""
+    import json
+
+    drop = ("delta", "avg", *table["tasks"])  # derived from per_seed: recomputable, so left out
+    rows = [{k: v for k, v in r.items() if k not in drop} for r in table["rows"]]
+    return json.dumps({"tasks": table["tasks"], "rows": rows, "contrasts": table["contrasts"]}, indent=1) + "\n"
+
+
+def load_runs(uri: str, experiment: str, tags: dict[str, str]) -> list[dict]:
+    from deepen_run.tracking.store import find_runs
+
+    return find_runs(uri, experiment, tags, status="FINISHED")
+
+
+def write(table: dict, out: Path) -> list[Path]:
+    from deepen_run.report.figure import methods_plot
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = [out / "results.md", out / "results.csv", out / "results.png"]
+    files[0].write_text(to_markdown(table))
+    files[1].write_text(to_csv(table))
+    fig = methods_plot(table)
+    fig.savefig(files[2], dpi=120, bbox_inches="tight")  # the legend stands outside the axes
+    return files
+
+
+def log_to_run(table: dict, tracker) -> None:
+    """results.{md,csv,png} under report/ of a run (a sweep's parent)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in write(table, Path(tmp)):
+            tracker.log_file(str(f), "report")
+
+
+def _parse_tags(items: list[str]) -> dict[str, str]:
+    bad = [i for i in items if "=" not in i]
+    if bad:
+        raise UserError(f"--tag {bad[0]!r} is not KEY=VALUE, e.g. --tag method=hire")
+    return dict(i.split("=", 1) for i in items)
+
+
+def _parse_tasks(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in names if t not in TASKS]
+    if bad or not names:
+        raise UserError(f"--tasks {text!r}: {bad[0] if bad else 'no task'} is not a GLUE task; choose from "
+                        f"{', '.join(TASKS)}")
+    return names
+
+
+def _description() -> str:
+    import textwrap
+
+    first, rest = __doc__.split("\n\n", 1)
+    return first + "\n\n" + textwrap.fill(rest.split("\n\n")[0].replace("\n", " "), 100)
+
+
+EXAMPLES = """Examples:
+  deepen-report                                   every finished run of experiment deepen-run
+  deepen-report --sweep-id <id> --out outputs/report   one sweep (its id is printed at the sweep's end)
+  deepen-report --tag method=hire --tag task=rte  only runs with these tags
+  deepen-report --sweep-id <a> --sweep-id <b> --tasks sst2,stsb   two grids, compared on the tasks both ran
+  deepen-report --contrast 'importance=dynamic:importance=mean' --baseline 'pooling=mean'   an arm-vs-arm contrast
+  deepen-report --json --seeds-csv seeds.csv     every per-seed value and contrast, for checking by hand
+"""
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    from deepen_run.config.schema import TrackingConfig
+    from omegaconf import OmegaConf
+
+    default = OmegaConf.structured(TrackingConfig)
+    p = argparse.ArgumentParser(prog="deepen-report", description=_description(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
+    p.add_argument("--uri", default=default.uri, help="MLflow tracking URI (default: %(default)s)")
+    p.add_argument("--experiment", default=default.experiment, help="default: %(default)s")
+    p.add_argument("--sweep-id", action="append", default=[],
+                   help="only the children of this sweep (tag sweep_id); repeat for several sweeps (a study's grids)")
+    p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="only runs with this tag (repeatable)")
+    p.add_argument("--tasks", help="only these tasks' columns, comma-separated (e.g. sst2,stsb): rows that ran "
+                   "different task sets then average and pair over the same tasks")
+    p.add_argument("--contrast", action="append", default=[], metavar="A:B",
+                   help="also compare row A with row B (a - b, per task and on the average, paired by seed); A and B: "
+                   "a row id or KEY=VALUE settings that match one row, e.g. '3:1' or 'importance=dynamic:importance=mean' "
+                   "(repeatable)")
+    p.add_argument("--only-contrasts", action="store_true",
+                   help="only the --contrast ones, not every row vs its baseline (the Holm family is then just those)")
+    p.add_argument("--baseline", action="append", default=[], metavar="ROW|KEY=VALUE",
+                   help="the baseline where several rows could be one (e.g. --baseline 'pooling=mean'); repeatable")
+    p.add_argument("--json", action="store_true", help="print the rows' per-seed values and the contrasts as JSON "
+                   "instead of the table")
+    p.add_argument("--seeds-csv", type=Path, metavar="FILE", help="write one line per (row, task, seed) to FILE")
+    p.add_argument("--out", type=Path, help="write results.md, results.csv and results.png here")
+    p.add_argument("--log-to-parent", action="store_true", help="log them under report/ of each sweep's parent run")
+    a = p.parse_args(argv)
+    try:
+        if a.log_to_parent and not a.sweep_id:
+            raise UserError("--log-to-parent needs --sweep-id (the parent is the sweep's)")
+        tags = _parse_tags(a.tag)
+        only = _parse_tasks(a.tasks) if a.tasks else None
+        runs = [r for sid in a.sweep_id for r in load_runs(a.uri, a.experiment, tags | {"sweep_id": sid})] \
+            if a.sweep_id else load_runs(a.uri, a.experiment, tags)
+        if a.only_contrasts and not a.contrast:
+            raise UserError("--only-contrasts needs at least one --contrast A:B")
+        table = build(runs, only, a.contrast, a.baseline, not a.only_contrasts)
+        if not table["rows"]:
+            raise UserError(f"no FINISHED runs with evaluated GLUE tasks in experiment {a.experiment!r} "
+                            f"matching {tags or 'any tags'}{' in sweeps ' + ', '.join(a.sweep_id) if a.sweep_id else ''}"
+                            f" ({a.uri})")
+        info = sys.stderr if a.json else sys.stdout  # --json: stdout is the JSON alone
+        print(to_json(table) if a.json else to_markdown(table), end="")
+        if a.seeds_csv:
+            a.seeds_csv.parent.mkdir(parents=True, exist_ok=True)
+            a.seeds_csv.write_text(seeds_csv(table))
+            print(f"wrote {a.seeds_csv}", file=info)
+        from deepen_run.report.missing import missing_lines
+
+        for line in (ln for sid in a.sweep_id for ln in missing_lines(a.uri, a.experiment, sid)):
+            print(line, file=info)
+        if a.out:
+            print(f"wrote {', '.join(str(f) for f in write(table, a.out))}", file=info)
+        if a.log_to_parent:
+            from deepen_run.tracking.store import Tracker, find_runs
+
+            for sid in a.sweep_id:
+                parents = find_runs(a.uri, a.experiment, {"sweep_id": sid, "sweep_role": "parent"})
+                if not parents:
+                    raise UserError(f"sweep {sid} has no parent run in {a.experiment!r}")
+                log_to_run(table, Tracker(a.uri, a.experiment).attach(parents[0]["run_id"]))
+                print(f"logged report/ to parent run {parents[0]['run_id']} (sweep {sid})", file=info)
+    except UserError as e:
+        print(f"deepen-report: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Which runs are the same experiment: the report's row key, row labels and each row's baseline.
+
+Runs are averaged together only when they share every setting except the seed: the key is the
+run's logged config (MLflow params) minus the seed and what does not change the result (where
+things are stored, logging and checkpoint cadence, dry_run/predict). A 60-step and a 5-step run
+therefore never share a row; the differing setting shows in both rows' labels. The paths that choose
+the model or the data (backbone.path, data.glue_dir) are settings: another checkpoint or another copy
+of GLUE is another experiment, so those runs never merge into one row.
+
+Single-task runs of different tasks with otherwise equal settings form one row (tasks are the
+table's columns): for them the task list, the schedule and the multi-task epoch length are left out
+of the key (a schedule only matters when tasks share the encoder). Multi-task runs keep them.
+"""
+from __future__ import annotations
+
+import re
+
+from deepen_run.config.schema import neutral_keys
+from deepen_run.methods import REFERENCE
+
+# Never part of the key: the seed (what a row averages over) and the keys the schema marks neutral
+# (where things live, bookkeeping that cannot change a score: deepen_run/config/schema.py).
+IGNORED = neutral_keys() | {"seed"}
+IGNORED_PREFIXES = ("sweep.", "hydra.")
+PATHLIKE_NAME = re.compile(r"(^|[._])(path|dir|uri|file|url)$")
+PATHLIKE_VALUE = re.compile(r"^(/|~/|[a-z]+://|[a-z]+:///|pkg://)")
+# Path-like, yet they change the result (the weights, the data): always part of the key.
+SEPARATE = frozenset({"backbone.path", "data.glue_dir"})
+MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch")
+# Shown in their own columns (backbone, method, setup), never repeated in "settings".
+SHOWN_ELSEWHERE = ("backbone.name", "method.name", "task.names", "schedule.")
+# A method's own options and layer duplication: what the baseline of a row may differ in.
+METHOD_SPECIFIC = ("method.", "backbone.duplicate_")
+# Where no baseline has the row's new-parameter learning-rate scale, one with another may pair with it.
+LR_RULE = "train.new_params_lr_scale"
+
+
+def is_dry(run: dict) -> bool:
+    return str(run["params"].get("dry_run", "")).lower() == "true" or \
+        str(run["tags"].get("dry_run", "")).lower() in ("true", "1")
+
+
+def tasks_of(run: dict) -> list[str]:
+    return run["tags"]["task"].split("+")
+
+
+def _ignored(k: str, v: str, multi: bool) -> bool:
+    if k in SEPARATE:
+        return False
+    if k in IGNORED or k.startswith(IGNORED_PREFIXES) or PATHLIKE_NAME.search(k):
+        return True
+    if PATHLIKE_VALUE.match(str(v)):
+        return True
+    return not multi and k.startswith(MULTI_TASK_ONLY)
+
+
+def settings(run: dict) -> dict[str, str]:
+    """The run's settings that must be equal for two runs to share a row."""
+    tags, multi = run["tags"], len(tasks_of(run)) > 1
+    out = {k: str(v) for k, v in run["params"].items() if not _ignored(k, str(v), multi)}
+    # Runs logged without the full config (or older runs): fall back on the identity tags.
+    out.setdefault("backbone.name", tags.get("backbone", "?"))
+    out.setdefault("method.name", tags.get("method", "?"))
+    if multi:
+        out.setdefault("task.names", tags["task"])
+        out.setdefault("schedule.name", tags.get("schedule", "?"))
+    return out
+
+
+def key_of(run: dict) -> tuple:
+    return tuple(sorted(settings(run).items()))
+
+
+def setup(key: tuple) -> str:
+    d = dict(key)
+    if "task.names" not in d:
+        return "single-task"
+    names = d["task.names"].strip("[]").replace("'", "").replace(", ", "+").replace(",", "+")
+    return f"multi-task {names}, {d.get('schedule.name', '?')}"
+
+
+def _short(k: str) -> str:
+    return k.split(".", 1)[1] if k.startswith(METHOD_SPECIFIC) else k
+
+
+def labels(keys: list[tuple]) -> dict[tuple, str]:
+    """Each row's settings that differ between rows: a method's options only where they differ
+    between rows of that method (gru_layers=2, not every default of HIRE), any other setting
+    where it differs between any rows (train.max_steps=60 vs train.max_steps=5)."""
+    ds = [dict(k) for k in keys]
+
+    def varies(k: str, d: dict) -> bool:
+        if k.startswith(SHOWN_ELSEWHERE):
+            return False
+        peers = [x for x in ds if x["method.name"] == d["method.name"]] if k.startswith("method.") else ds
+        return len({x.get(k) for x in peers}) > 1
+
+    return {key: " ".join(f"{_short(k)}={v}" for k, v in sorted(d.items()) if varies(k, d)) or "-"
+            for key, d in zip(keys, ds)}
+
+
+def _no_duplication(d: dict) -> bool:
+    return d.get("backbone.duplicate_layers", "[]") in ("[]", "None", "null", "") and \
+        d.get("method.layers", "[]") in ("[]", "None", "null", "")
+
+
+def _rest(d: dict, drop_multi: bool = False, drop_lr: bool = False) -> dict:
+    return {k: v for k, v in d.items() if not k.startswith(METHOD_SPECIFIC)
+            and not (drop_multi and k.startswith(MULTI_TASK_ONLY)) and not (drop_lr and k == LR_RULE)}
+
+
+def baseline_candidates(key: tuple, keys: list[tuple]) -> list[tuple]:
+    """The rows that can be the row's baseline: method=baseline, no duplicated layers, every other
+    setting equal. A multi-task row is compared with the multi-task baselines of the same tasks and
+    schedule, else with the single-task ones (every setting but the multi-task ones equal). Without
+    one at the same new-parameter learning-rate scale, one at another (a study that picks the scale
+    per method, docs/study.md). Several candidates (baselines differing in a method option, e.g.
+    pooling) are the caller's to resolve."""
+    d = dict(key)
+    bases = [k for k in keys if dict(k)["method.name"] == REFERENCE and _no_duplication(dict(k))]
+    for drop_lr in (False, True):
+        same = [b for b in bases if _rest(dict(b), drop_lr=drop_lr) == _rest(d, drop_lr=drop_lr)]
+        if not same and "task.names" in d:
+            same = [b for b in bases if "task.names" not in dict(b)
+                    and _rest(dict(b), True, drop_lr) == _rest(d, True, drop_lr)]
+        if same:
+            return same
+    return []

@@ -1,0 +1,255 @@
+"""Checkpoints: every train.save_every steps keep the last train.save_total_limit full states and
+the best weights by eval/score; resume one so the run continues exactly where it was.
+
+Layout, inside the run dir Hydra made for the run (its "home"):
+  run.json               the MLflow run id and store: a resume continues that run, not a new one
+  checkpoints/step-<N>/  accelerator.save_state: model.safetensors, optimizer.bin, scheduler.bin,
+                         random_states_0.pkl (all loaded back with weights_only=True by Accelerate),
+                         and trainer_state.json (step, batches consumed per task, best score)
+  checkpoints/best/      model.safetensors + trainer_state.json of the best eval/score so far, kept
+                         per train.save_best (auto: long runs and predict=true only; see keeps_best)
+Each is written to a temporary folder and renamed, so a crash never leaves half a checkpoint.
+
+Exactness: the task of step s is keyed by (seed, s) (data/sampling.py); each task's loader shuffles
+epoch e with its generator re-seeded from (seed, e) (epoch 0 keeps the loader's own seed), and a
+resumed stream skips the batches of its epoch it had already consumed with
+accelerate.skip_first_batches (indices only, no data loaded); optimizer, scheduler and RNG (dropout)
+states come back through accelerator.load_state.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from deepen_run.run.lifecycle import Interrupted, guard
+
+STATE = "trainer_state.json"
+RUN_FILE = "run.json"
+
+
+def epoch_seed(seed: int, epoch: int) -> int:
+    return seed if epoch == 0 else int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+
+
+class TaskStream:
+    """One task's endless batches; where it stands is one number, the batches consumed so far."""
+
+    def __init__(self, loader, seed: int, consumed: int = 0):
+        from accelerate.data_loader import get_sampler  # lazy: run/resume.py and cli/run.py import this module light
+
+        self.loader, self.seed, self.consumed = loader, seed, consumed
+        sampler = get_sampler(loader)
+        # RandomSampler and transformers' LengthGroupedSampler (data.length_grouped) keep `generator`.
+        self.gen = getattr(sampler, "generator", None)
+
+    def __iter__(self):
+        from accelerate.data_loader import skip_first_batches
+
+        epoch, skip = divmod(self.consumed, len(self.loader))
+        while True:
+            if self.gen is not None:
+                self.gen.manual_seed(epoch_seed(self.seed, epoch))
+            for batch in skip_first_batches(self.loader, skip) if skip else self.loader:
+                self.consumed += 1
+                yield batch
+            epoch, skip = epoch + 1, 0
+
+
+def steps_of(folder: Path) -> list[tuple[int, Path]]:
+    ckpts = folder / "checkpoints"
+    found = [(int(p.name[5:]), p) for p in ckpts.glob("step-*") if p.name[5:].isdigit() and (p / STATE).is_file()]
+    return sorted(found)
+
+
+def latest(home: Path) -> Optional[Path]:
+    found = steps_of(home)
+    return found[-1][1] if found else None
+
+
+def damage(ckpt: Path) -> Optional[str]:
+    """Why this checkpoint cannot be loaded, or None if it looks whole. Cheap (headers and sizes,
+    no tensor read), so a resume checks before Accelerate loads it and crashes half-way."""
+    names = {p.name for p in ckpt.iterdir()} if ckpt.is_dir() else set()
+    weights = sorted(n for n in names if n.endswith(".safetensors"))
+    if not weights:
+        return "model.safetensors is missing"
+    for need in ("optimizer.bin", "scheduler.bin"):
+        if need not in names or (ckpt / need).stat().st_size == 0:
+            return f"{need} is missing or empty"
+    for name in weights:
+        f = ckpt / name
+        size = f.stat().st_size
+        try:
+            with open(f, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                if size < 8 + n:
+                    raise ValueError
+                header = json.loads(fh.read(n))
+            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError):
+            return f"{name} has no readable safetensors header"
+        if size != 8 + n + end:
+            return f"{name} is truncated ({size} bytes, {8 + n + end} expected)"
+    return None
+
+
+def usable(home: Path, report=None) -> Optional[Path]:
+    """The latest whole checkpoint of a run dir; each damaged later one is passed to report(line)."""
+    for _, ckpt in reversed(steps_of(home)):
+        why = damage(ckpt)
+        if why is None:
+            return ckpt
+        if report is not None:
+            report(f"checkpoint {ckpt} is damaged ({why}); trying the one before")
+    return None
+
+
+def read_run_file(home: Path) -> dict:
+    f = home / RUN_FILE
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def write_run_file(home: Optional[Path], run_id: str, uri: str, experiment: str, status: str = "RUNNING") -> None:
+    if home is not None and run_id:
+        (home / RUN_FILE).write_text(json.dumps({"run_id": run_id, "tracking_uri": uri, "experiment": experiment,
+                                                 "status": status}))
+
+
+def finish(home: Optional[Path], status: str) -> None:
+    """Record how the run ended; a FINISHED run drops its full-state checkpoints (optimizer state is
+    twice the model, and a finished schedule cannot be continued) and keeps checkpoints/best."""
+    info = read_run_file(home) if home is not None else {}
+    if not info:
+        return
+    write_run_file(home, info["run_id"], info["tracking_uri"], info["experiment"], status)
+    if status == "FINISHED":
+        for _, p in steps_of(home):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def orphan_note(run_id: str, tags: dict) -> str:
+    """What a dead run left to continue from, said truthfully; its run.json is marked KILLED too."""
+    if tags.get("sweep_role") == "parent":
+        return "rerun the sweep's command with resume=auto to continue it"
+    home = Path(tags["run_dir"]) if tags.get("run_dir") else None
+    if home is None or read_run_file(home).get("run_id") != run_id:
+        return "resume=auto in its run dir continues it"
+    finish(home, "KILLED")
+    last = latest(home)
+    if last is None:
+        return f"no checkpoint was saved; resume=auto in {home} runs it again from step 0 as the same run"
+    return f"resume=auto in {home} continues it from its checkpoint {last.name}"
+
+
+def keeps_best(tcfg, total: int, predict: bool = False) -> bool:
+    """train.save_best: true/false force it; null (auto) keeps the best weights (~90 MB for MiniLM,
+    ~420 MB for BERT-base) only where they are worth the disk: a long run (more steps than
+    save_every) or a predict=true run. Short runs and sweep jobs keep none: their record is in MLflow."""
+    if tcfg.save_best is not None:
+        return bool(tcfg.save_best)
+    return predict or 0 < tcfg.save_every < total
+
+
+class Checkpointer:
+    """Saves at save_every, on an interrupt, and the best weights; restores a resumed run."""
+
+    def __init__(self, home: Optional[Path], tcfg, accelerator, total: int, predict: bool = False):
+        self.root = home / "checkpoints" if home is not None else None
+        self.every = tcfg.save_every if home is not None else 0
+        self.keep_best = home is not None and keeps_best(tcfg, total, predict)
+        self.limit, self.acc, self.total = tcfg.save_total_limit, accelerator, total
+        self.streams: dict[str, TaskStream] = {}
+        self.step, self.saved_step = 0, -1
+        self.best, self.best_step = -math.inf, None
+
+    def wrap(self, loaders: dict, seeds: dict) -> dict:
+        self.streams = {t: TaskStream(dl, seeds[t]) for t, dl in loaders.items()}
+        return self.streams
+
+    def restore(self, ckpt: Optional[Path]) -> int:
+        """Load a checkpoint into the prepared model/optimizer/scheduler; returns its step."""
+        if ckpt is None:
+            return 0
+        self.acc.load_state(str(ckpt))
+        st = json.loads((ckpt / STATE).read_text())
+        for t, n in st["consumed"].items():
+            self.streams[t].consumed = n
+        self.step = self.saved_step = st["step"]
+        self.best, self.best_step = st.get("best_score", -math.inf), st.get("best_step")
+        return self.step
+
+    def _state(self, step: int) -> dict:
+        return {"step": step, "consumed": {t: s.consumed for t, s in self.streams.items()},
+                "best_score": self.best, "best_step": self.best_step}
+
+    def _write(self, final: Path, fill) -> None:
+        tmp = final.with_name(final.name + ".tmp")
+        if self.acc.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self.acc.wait_for_everyone()
+        fill(tmp)
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+
+    def save(self, step: int) -> None:
+        if self.root is None or step == self.saved_step:
+            return
+
+        def fill(tmp: Path):
+            self.acc.save_state(str(tmp), safe_serialization=True)
+            if self.acc.is_main_process:
+                (tmp / STATE).write_text(json.dumps(self._state(step)))
+
+        self._write(self.root / f"step-{step}", fill)
+        self.saved_step = step
+        if self.acc.is_main_process:
+            for _, old in steps_of(self.root.parent)[:-self.limit]:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def save_best(self, model, step: int, score: float) -> None:
+        if score <= self.best:
+            return
+        self.best, self.best_step = score, step
+        if not self.keep_best:
+            return
+
+        def fill(tmp: Path):
+            # Accelerate logs "Model weights saved in .../best.tmp/pytorch_model.bin": the wrong file
+            # name (it writes model.safetensors) in a folder renamed right after. Not worth a line.
+            quiet = logging.getLogger("accelerate.accelerator")
+            level = quiet.level
+            quiet.setLevel(logging.WARNING)
+            try:
+                self.acc.save_model(model, str(tmp), safe_serialization=True)
+            finally:
+                quiet.setLevel(level)
+            if self.acc.is_main_process:
+                (tmp / STATE).write_text(json.dumps(self._state(step)))
+
+        self._write(self.root / "best", fill)
+
+    def on_step(self, done: int) -> None:
+        """After each step: periodic save, then a deferred signal stops the run here, saved."""
+        self.step = done
+        if self.every and done % self.every == 0 and done < self.total:
+            self.save(done)
+        signals = guard()
+        if signals.pending is not None:
+            self.save(done)
+            signals.raise_pending()
+
+    def on_interrupt(self) -> None:
+        if self.step > 0:
+            self.save(self.step)
+
+
+__all__ = ["Checkpointer", "Interrupted", "TaskStream", "latest", "read_run_file", "usable", "write_run_file"]

@@ -1,0 +1,240 @@
+"""A run's life: signals that end it KILLED at a clean step, what it records about where it ran,
+and runs that a dead process left RUNNING.
+
+SIGINT (Ctrl-C), SIGTERM (kill, SLURM pre-emption) and SIGUSR1/SIGUSR2 (what schedulers send before
+pre-emption or a time limit, e.g. sbatch --signal=USR1@120) raise `Interrupted`, a KeyboardInterrupt,
+so the runner ends the MLflow run KILLED. During training steps the signal is deferred to the end of
+the current step, so the checkpoint saved on the way out is a consistent state (never half an
+optimizer update); anywhere else (loading, evaluation) it raises at once. A second signal while
+one is pending raises at once too: the user insists.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import signal
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+
+from deepen_run.errors import UserError
+
+LIBRARIES = ("torch", "transformers", "datasets", "accelerate", "mlflow", "hydra-core", "omegaconf", "safetensors")
+
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class Interrupted(KeyboardInterrupt):
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+    def __reduce__(self):
+        # A sweep job's exception travels back to the launcher pickled (joblib/loky, submitit); the
+        # default rebuilds from args ('SIGINT',), which is not a signal number.
+        return (Interrupted, (self.signum,))
+
+
+class SignalGuard:
+    """The run's signal handlers, installed by the entry point for one run (cli.checked_run) and
+    removed after it. No module-level instance: the process's signal handler table is where the
+    installed guard lives, and `guard()` finds it there."""
+
+    DUPLICATE_S = 0.5  # the same signal twice this close together is one event (group + forwarded)
+
+    def __init__(self):
+        self.defer = False
+        self.pending: int | None = None
+        self.last: tuple[int, float] = (0, -1e9)  # the last signal and when it came
+        self.previous: dict[int, object] = {}  # the handlers we replaced (submitit's requeue on SIGUSR2)
+
+    def install(self) -> "SignalGuard":
+        if threading.current_thread() is not threading.main_thread():
+            return self  # a launcher running jobs in threads: signals stay with the launcher
+        for sig in SIGNALS:
+            before = signal.signal(sig, self._handle)
+            owner = getattr(before, "__self__", None)
+            # An earlier run's guard left installed (a crash before uninstall): keep what it replaced.
+            self.previous[sig] = owner.previous.get(sig) if isinstance(owner, SignalGuard) else before
+        return self
+
+    def uninstall(self) -> None:
+        """Give the handlers back (a sweep worker idles between jobs with its own handlers again)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, before in self.previous.items():
+            if getattr(signal.getsignal(sig), "__self__", None) is self:
+                signal.signal(sig, before if before is not None else signal.SIG_DFL)
+
+    def chain(self, signum: int) -> None:
+        """Once the run is saved and ended KILLED, let the handler we replaced act (submitit's
+        SIGUSR2 handler requeues the job, which then continues with resume=auto)."""
+        before = self.previous.get(signum)
+        if callable(before) and before is not signal.default_int_handler and \
+                not isinstance(getattr(before, "__self__", None), SignalGuard):
+            before(signum, None)
+
+    def _handle(self, signum, frame) -> None:
+        now = time.monotonic()
+        if self.last[0] == signum and now - self.last[1] < self.DUPLICATE_S:
+            return  # the sweep's launcher forwarded the Ctrl-C the process group already got
+        self.last = (signum, now)
+        if self.defer and self.pending is None:
+            self.pending = signum
+            return
+        raise Interrupted(signum)
+
+    @contextmanager
+    def deferred(self, on: bool = True):
+        """Within: signals wait for `raise_pending` (the end of a step); on=False: they raise at once."""
+        before = self.defer
+        self.defer = on
+        try:
+            if not on:
+                self.raise_pending()
+            yield
+        finally:
+            self.defer = before
+
+    def raise_pending(self) -> None:
+        if self.pending is not None:
+            signum, self.pending = self.pending, None
+            raise Interrupted(signum)
+
+
+def guard() -> SignalGuard:
+    """The guard installed for this process's run, or an inert one (tests, threads, no run)."""
+    owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return owner if isinstance(owner, SignalGuard) else SignalGuard()
+
+
+def provenance() -> dict[str, str]:
+    """Tags that say what produced the numbers: library versions, git commit, host and process."""
+    from deepen_run.config.redact import mask_string, secret_env_values
+    from deepen_run.tracking.store import git_commit
+
+    command = mask_string(" ".join(sys.argv), secret_env_values())[:4000]  # an override may hold a password
+    tags = {"git_commit": git_commit(), "version/python": platform.python_version(),
+            "host": socket.gethostname(), "pid": str(os.getpid()), "command": command}
+    for lib in LIBRARIES:
+        try:
+            tags[f"version/{lib}"] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            pass
+    return tags
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> list[str]:
+    """End KILLED the runs of this experiment that are RUNNING but whose process (on this host) is
+    gone: SIGKILL, OOM-kill or power loss leave no chance to end them from inside. Sweep parents
+    carry pid/host tags too, so a SIGKILLed launcher's parent is reaped like a run.
+
+    where: an extra search clause (a sweep's own children); wait_s: give live processes that long
+    to end their runs themselves first (an interrupted sweep's jobs are saving a checkpoint); note(run_id,
+    tags): what the dead run left to continue from (checkpoint.orphan_note), for its error tag."""
+    if not tracker.enabled:
+        return []
+    host = socket.gethostname()
+    query = "attributes.status = 'RUNNING'" + (f" and {where}" if where else "")
+    runs = tracker.client.search_runs([tracker.experiment_id], query, max_results=200)
+    mine = {r.info.run_id: int(r.data.tags["pid"]) for r in runs
+            if r.data.tags.get("host") == host and r.data.tags.get("pid", "").isdigit()}
+    deadline = time.time() + wait_s
+    while time.time() < deadline and any(alive(p) and p != os.getpid() for p in mine.values()):
+        time.sleep(0.5)
+    dead = []
+    for r in runs:
+        pid = r.data.tags.get("pid", "")
+        if r.info.run_id in mine and int(pid) != os.getpid() and not alive(int(pid)) \
+                and tracker.client.get_run(r.info.run_id).info.status == "RUNNING":
+            tracker.client.set_tag(r.info.run_id, "error", f"process {pid} exited without ending the run "
+                                   f"(SIGKILL, out of memory or power loss); "
+                                   f"{note(r.info.run_id, r.data.tags) if note else 'resume=auto continues it'}")
+            tracker.client.set_terminated(r.info.run_id, status="KILLED")
+            dead.append(r.info.run_id)
+    return dead
+
+
+LOCK = ".lock"
+
+
+class DirInUse(UserError):
+    """Another live process holds this run dir (its files must not be touched)."""
+
+    @classmethod
+    def for_dir(cls, folder: Path) -> "DirInUse":
+        try:
+            holder = (folder / LOCK).read_text().strip() or "?"
+        except OSError:
+            holder = "?"
+        return cls(f"run dir {folder} is in use by another run (pid host: {holder}); one run dir holds one "
+                   "run: pass another hydra.run.dir, or wait for that run to end")
+
+
+@contextmanager
+def run_dir_lock(folder: Path):
+    """One run dir holds one run: an exclusive flock on <dir>/.lock for the run's life. The kernel
+    drops it when the process dies, however it dies, so a stale lock never blocks a resume. The file
+    is removed when the run ends; a process that locked a file already unlinked by its holder would
+    hold nothing, so a lock counts only while the path still names the locked file."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    while True:
+        f = open(folder / LOCK, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise DirInUse.for_dir(folder) from None
+        try:
+            if os.stat(folder / LOCK).st_ino == os.fstat(f.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        f.close()  # the holder removed it as we locked: take the new one
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()} {socket.gethostname()}\n")
+        f.flush()
+        yield
+    finally:
+        try:
+            os.unlink(folder / LOCK)  # while still held: no other process can hold it yet
+        except FileNotFoundError:
+            pass
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
+
+
+def in_use(folder: Path) -> bool:
+    """Is a live process holding this run dir's lock (so resume must not pick it)?"""
+    import fcntl
+
+    try:
+        f = open(folder / LOCK)
+    except (FileNotFoundError, IsADirectoryError):
+        return False
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False

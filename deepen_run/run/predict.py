@@ -1,0 +1,45 @@
+"""The prediction loop shared by evaluation (dev sets, with labels) and submissions (test sets).
+
+One forward per batch in the loader's order; predictions gathered across processes, with the
+duplicate samples that pad the last batch dropped (Accelerate's gather_for_metrics).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def batch_inputs(batch: dict) -> dict:
+    """The model's inputs from a collated batch (no labels, no idx)."""
+    return {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+
+
+@torch.no_grad()
+def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | None = None,
+            extras: dict | None = None) -> tuple[list, list]:
+    """-> (predictions, labels) as lists in the loader's order; labels stays empty unless asked for.
+
+    Class ids for classification, float scores for regression. The caller sets eval/train mode.
+    desc: a progress bar (rank 0 only) with this label.
+    extras: a dict to fill with the model's Output.extras (methods/contract.py; tensors whose first dim
+    is the batch): key -> one gathered CPU tensor per batch.
+    """
+    from tqdm.auto import tqdm
+
+    from deepen_run.run.progress import interactive
+
+    outs, refs = [], []
+    quiet = desc is None or not accelerator.is_main_process or not interactive()  # no \r bars in a log file
+    bar = tqdm(loader, desc=desc, leave=False, dynamic_ncols=True, disable=quiet)
+    for batch in bar:
+        out = model(spec.name, **batch_inputs(batch))
+        logits = out.logits
+        p = logits.squeeze(-1).float() if spec.is_regression else logits.argmax(-1)
+        if labels:
+            p, r = accelerator.gather_for_metrics((p, batch["labels"]))
+            refs.append(r.cpu())
+        else:
+            p = accelerator.gather_for_metrics(p)
+        outs.append(p.cpu())
+        for key, value in (out.extras.items() if extras is not None else ()):
+            extras.setdefault(key, []).append(accelerator.gather_for_metrics(value).cpu())
+    return (torch.cat(outs).tolist() if outs else []), (torch.cat(refs).tolist() if refs else [])

@@ -1,0 +1,207 @@
+"""`resume=`: which run dir to continue, and with which config.
+
+resume=<run dir>  continue that run with the config it was started with (its run_config.yaml);
+                  an override given now must agree with it, else one error line names the key.
+resume=true       the most recently checkpointed unfinished run dir whose config equals this
+                  command's config: this command's own run dir, the dirs next to it (the default
+                  layout: outputs/runs/<date>/<time>) and under outputs/runs and outputs/multiruns.
+resume=auto       as true, but the own run dir first, and no such run means: start afresh. A
+                  requeued job (same command, same hydra.run.dir) thus continues where it stopped.
+A run's starting config is saved once, when it starts, as <run dir>/run_config.yaml: Hydra rewrites
+<run dir>/.hydra/config.yaml on every start in that dir, so it cannot say what the run was (older
+runs without run_config.yaml fall back to it). The resumed run keeps writing checkpoints (and
+run.json) in its original dir; the dir Hydra makes for the resuming command holds only its log.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import OmegaConf
+
+from deepen_run.run.checkpoint import latest, read_run_file, usable
+from deepen_run.config.schema import ROOT, Config
+from deepen_run.errors import UserError
+from deepen_run.run.lifecycle import DirInUse, in_use
+
+SAVED = Path(".hydra") / "config.yaml"  # Hydra's copy: the config of the LAST command in the dir
+RUN_CONFIG = "run_config.yaml"  # ours: the config the run started with, written once
+
+
+def wanted(value) -> Optional[str]:
+    """None (no resume), 'latest', 'auto', or a path."""
+    if value is None or value is False or str(value).strip().lower() in ("", "false", "null", "none", "no"):
+        return None
+    low = str(value).strip().lower()
+    if low == "auto":
+        return "auto"
+    return "latest" if value is True or low in ("true", "yes", "latest") else str(value)
+
+
+def saved_config(home: Path) -> Optional[Path]:
+    for f in (home / RUN_CONFIG, home / SAVED):
+        if f.is_file():
+            return f
+    return None
+
+
+def save_run_config(home: Optional[Path], cfg) -> None:
+    """Called when a new run starts (never on a resume): what every later resume reads."""
+    if home is not None:
+        tmp = home / f".{RUN_CONFIG}.tmp"
+        tmp.write_text(OmegaConf.to_yaml(cfg))
+        tmp.replace(home / RUN_CONFIG)
+
+
+def current_dir() -> Optional[Path]:
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
+
+
+def _plain(cfg) -> dict:
+    d = OmegaConf.to_container(cfg, resolve=False)
+    d.pop("resume", None)
+    return d
+
+
+def _candidates(here: Optional[Path]) -> set[Path]:
+    patterns = [(ROOT / "outputs" / "runs", "*/*"), (ROOT / "outputs" / "multiruns", "*/*/*")]
+    if here is not None:
+        patterns += [(here.parent, "*"), (here.parent.parent, "*/*")]
+    found = {p.resolve() for base, pat in patterns if base.is_dir() for p in base.glob(pat)}
+    if here is not None:
+        found.add(here.resolve())
+    return {p for p in found if saved_config(p) is not None}
+
+
+def _continuable(home: Path, mine: dict) -> bool:
+    return (latest(home) is not None and read_run_file(home).get("status") != "FINISHED"
+            and _plain(OmegaConf.load(saved_config(home))) == mine and not in_use(home))
+
+
+def find_latest(cfg, here: Optional[Path], own_first: bool = False, own_only: bool = False) -> Optional[Path]:
+    """The unfinished checkpointed run of this exact config (a live one is skipped), or None.
+    own_only: a sweep's job continues its own dir's run or none (never another sweep's job)."""
+    mine = _plain(cfg)
+    if own_first and here is not None and saved_config(here) is not None and _continuable(here, mine):
+        return here.resolve()
+    if own_only:
+        return None
+    best = None
+    for home in _candidates(here):
+        if _continuable(home, mine):
+            t = latest(home).stat().st_mtime
+            if best is None or t > best[0]:
+                best = (t, home)
+    return best[1] if best else None
+
+
+def check_free(here: Optional[Path]) -> None:
+    """A new run must not take over a dir that holds another run's work (one run dir, one run)."""
+    if here is not None and in_use(here):
+        raise DirInUse.for_dir(here)
+    info = read_run_file(here) if here is not None else {}
+    if not info:
+        return
+    if info.get("status") == "FINISHED":
+        raise UserError(f"hydra.run.dir={here} holds the FINISHED run {info.get('run_id')}; one run dir holds "
+                        "one run: pass another hydra.run.dir")
+    if latest(here) is not None:
+        raise UserError(f"hydra.run.dir={here} holds the unfinished run {info.get('run_id')} with checkpoints; "
+                        "continue it with resume=auto (same config), or pass another hydra.run.dir")
+
+
+def _in_sweep() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def config_diff(then, now, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two plain config dicts."""
+    out = []
+    for k in dict.fromkeys([*then, *now]):
+        a, b = then.get(k), now.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_diff(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def _at(d: dict, key: str):
+    for part in key.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def _same_config(cfg, here: Path) -> None:
+    """resume=auto in a dir that holds a run: that run's config, or one line naming what differs."""
+    f = saved_config(here)
+    if f is None:
+        return
+    then, now = _plain(OmegaConf.load(f)), _plain(cfg)
+    keys = config_diff(then, now)
+    if keys:
+        show = "; ".join(f"{k} was {_at(then, k)!r}, now {_at(now, k)!r}" for k in keys[:3])
+        more = f" (and {len(keys) - 3} more)" if len(keys) > 3 else ""
+        raise UserError(f"resume=auto: hydra.run.dir={here} holds run {read_run_file(here).get('run_id')} of another "
+                        f"config: {show}{more}; drop the change to continue it, or pass another hydra.run.dir")
+
+
+def _check_overrides(cfg, saved, home: Path) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    for ov in HydraConfig.get().overrides.task:
+        key = ov.split("=", 1)[0].lstrip("+~")
+        if key == "resume" or key.startswith("hydra"):
+            continue
+        now, then = OmegaConf.select(cfg, key), OmegaConf.select(saved, key)
+        as_data = (lambda x: OmegaConf.to_container(x, resolve=False) if OmegaConf.is_config(x) else x)  # noqa: E731
+        if as_data(now) != as_data(then):
+            raise UserError(f"resume: {key} was {as_data(then)!r} in {home} but is {as_data(now)!r} now; a resumed "
+                            "run keeps its config (drop the override, or start a new run without resume)")
+
+
+def resolve(cfg) -> tuple:
+    """(config to run, run dir to resume or None)."""
+    want = wanted(cfg.resume)
+    here = current_dir()
+    if want is None:
+        check_free(here)
+        return cfg, None
+    if want == "auto" and here is not None and read_run_file(here).get("status") not in (None, "FINISHED") \
+            and not in_use(here):
+        _same_config(cfg, here)  # this dir's own run: a changed override is named, not silently skipped
+        if latest(here) is None:
+            return cfg, here  # killed before its first checkpoint: the same run again, from step 0
+    if want in ("latest", "auto"):
+        home = find_latest(cfg, here, own_first=want == "auto", own_only=want == "auto" and _in_sweep())
+        if home is None and want == "auto":
+            check_free(here)
+            return cfg, None  # nothing to continue: a fresh run
+        if home is None:
+            raise UserError("resume=true: no checkpointed run of this exact config under outputs/ (or in or next "
+                            "to this run's dir); pass resume=<run dir>, or resume=auto to start afresh if none")
+    else:
+        home = Path(want).expanduser().resolve()
+    if saved_config(home) is None:
+        raise UserError(f"resume={cfg.resume}: {home} is not a deepen-run run dir (no {RUN_CONFIG} or {SAVED})")
+    if read_run_file(home).get("status") == "FINISHED":
+        raise UserError(f"resume={cfg.resume}: the run in {home} has FINISHED; start a new run instead")
+    if latest(home) is None:
+        raise UserError(f"resume={cfg.resume}: {home} has no checkpoint yet (checkpoints/step-N, written every "
+                        "train.save_every steps); start the run afresh")
+    if usable(home, report=lambda line: print(f"deepen-run: warning: {line}", file=sys.stderr)) is None:
+        raise UserError(f"resume={cfg.resume}: every checkpoint in {home}/checkpoints is damaged (see the warnings); "
+                        "start the run afresh in another hydra.run.dir")
+    saved = OmegaConf.load(saved_config(home))
+    _check_overrides(cfg, saved, home)
+    merged = OmegaConf.merge(OmegaConf.structured(Config), saved)
+    merged.resume = str(home)
+    return merged, home

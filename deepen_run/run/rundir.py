@@ -1,0 +1,170 @@
+"""The run dir: deepen-run deletes only files it created.
+
+`RunDirGuard` is a Hydra callback (conf/config.yaml, hydra.callbacks). It acts before Hydra writes
+anything into a run or sweep dir, and after a failed attempt:
+
+- A folder that already holds files deepen-run did not make (no run.json, no run_config.yaml, no
+  sweep record) is refused with one line naming it. We refuse rather than write beside the user's
+  files: Hydra itself rewrites `.hydra/` and the log in its run dir, and a run adds checkpoints/,
+  run.json and more; none of that belongs in a folder of someone's work.
+- A run dir held by a live run (the run-dir lock) is refused before Hydra rewrites its `.hydra/`
+  and log: the refused process writes nothing there.
+- A pre-flight error (a UserError before the MLflow run exists) removes what this attempt created,
+  then ends the process with the error's one line (before Hydra adds a line of its own),
+  judged by a listing taken before Hydra made anything: a dir it created goes whole (and any parent
+  folders it created, if empty); in a dir that existed, only the new entries other than the log go.
+  Anything that was there before is left alone, whatever it is.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
+
+from deepen_run.errors import fail, fail_with
+
+# What a sweep writes in its dir (deepen_run/sweep/jobs.py): named here, below the sweep layer, so this
+# module knows them without importing the sweep.
+SWEEP_FILE = "deepen_sweep.json"
+JOBS_DIR = "deepen_jobs"
+
+# Entries a run dir or sweep dir of ours may hold; anything else marks a folder as the user's.
+RUN_RECORDS = ("run.json", "run_config.yaml")
+SWEEP_RECORDS = ("multirun.yaml", SWEEP_FILE, JOBS_DIR)
+OURS = frozenset({".hydra", ".lock", "checkpoints", "submission", *RUN_RECORDS, *SWEEP_RECORDS})
+
+
+def foreign_entries(folder: Path, records: tuple[str, ...]) -> list[str]:
+    """The entries of `folder` that say it is not ours: [] when it is missing, empty, or carries one
+    of our records (then every entry is ours, the user's additions included: we never clean it)."""
+    try:
+        names = sorted(p.name for p in folder.iterdir())
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        return [folder.name]
+    if any(n in names for n in records):
+        return []
+    return [n for n in names if n not in OURS and not n.endswith(".log") and not n.isdigit()]
+
+
+def _refuse(key: str, folder: Path, names: list[str]) -> None:
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    fail(f"{key}={folder} already holds files deepen-run did not make ({shown}); deepen-run writes "
+         "only into a new or empty folder, or one it made: pick another " + key, 2)
+
+
+class Listing:
+    """What existed before an attempt: the first missing folder on the way to the run dir (None if
+    the dir existed) and the dir's entries at that time."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        missing = [p for p in (folder, *folder.parents) if not p.exists()]
+        self.created_from: Optional[Path] = missing[-1] if missing else None
+        self.entries = set() if missing else {p.name for p in folder.iterdir()}
+
+    def remove_created(self) -> None:
+        if self.created_from is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            for p in self.folder.parents:  # parents we made, emptied: rmdir never removes content
+                if not p.is_relative_to(self.created_from) or any(p.iterdir()):
+                    break
+                p.rmdir()
+            return
+        for p in self.folder.iterdir():
+            if p.name not in self.entries and p.suffix != ".log" and p.name != ".lock":
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+class RunDirGuard(Callback):
+    def __init__(self) -> None:
+        self.listing: Optional[Listing] = None
+
+    def on_run_start(self, config, **kwargs: Any) -> None:
+        if os.environ.get("RANK", "0") != "0":
+            return  # the other ranks of a multi-process run use a private scratch dir
+        folder = Path(str(OmegaConf.select(config, "hydra.run.dir"))).resolve()
+        names = foreign_entries(folder, RUN_RECORDS)
+        if names:
+            _refuse("hydra.run.dir", folder, names)
+        from deepen_run.run.lifecycle import DirInUse, in_use
+
+        if in_use(folder):
+            fail(str(DirInUse.for_dir(folder)), 2)
+        self.listing = Listing(folder)
+
+    def on_run_end(self, config, job_return=None, **kwargs: Any) -> None:
+        from deepen_run.run.checkpoint import RUN_FILE
+        from deepen_run.errors import UserError
+
+        from deepen_run.run.lifecycle import DirInUse, in_use
+
+        error = getattr(job_return, "_return_value", None)
+        if not isinstance(error, UserError):
+            return
+        folder = self.listing.folder if self.listing is not None else None
+        # Not ours to clean: another live run owns the dir (it may have made it as we started), or an
+        # MLflow run exists (run.json): its dir is a record.
+        if folder is not None and not isinstance(error, DirInUse) and not in_use(folder) \
+                and not (folder / RUN_FILE).exists():
+            self.listing.remove_created()
+        fail_with(error)  # one line and the exit code now: Hydra would add a line of its own
+
+    def on_multirun_start(self, config, **kwargs: Any) -> None:
+        folder = Path(str(OmegaConf.select(config, "hydra.sweep.dir"))).resolve()
+        names = foreign_entries(folder, SWEEP_RECORDS)
+        if names:
+            _refuse("hydra.sweep.dir", folder, names)
+
+
+def _only_ours(folder: Path) -> bool:
+    """Every entry, all the way down past our own records, is one deepen-run writes."""
+    for p in folder.iterdir():
+        if p.name in (".hydra", "checkpoints", "submission", JOBS_DIR, "cli.log"):
+            continue
+        if p.name.isdigit() and p.is_dir():
+            if not _only_ours(p):
+                return False
+        elif p.name not in OURS:
+            return False
+    return True
+
+
+# make clean / clean-all: what deepen-run and its scripts write under outputs/; anything else stays.
+STORE = ("mlflow.db", "mlflow.db.lock", "mlartifacts", "study", "bench")
+
+
+def clean(outputs: Path, store: bool = False) -> list[Path]:
+    """Remove the run dirs (outputs/runs/<date>/<time>) and sweep dirs (outputs/multiruns/<date>/<time>)
+    that hold only what deepen-run writes, the tokenization cache's files, and with store=True the
+    MLflow store and the scripts' outputs. A folder with anything else in it is kept and named."""
+    removed, kept = [], []
+    for base in ("runs", "multiruns"):
+        for d in sorted((outputs / base).glob("*/*")):
+            (removed if d.is_dir() and _only_ours(d) else kept).append(d)
+    cache = outputs / "cache"
+    removed += [p for p in cache.glob("*") if p.is_file() and p.suffix in (".arrow", ".lock")]
+    removed += [outputs / n for n in STORE if store and (outputs / n).exists()]
+    for p in removed:
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    for folder in [*(outputs / b for b in ("runs", "multiruns")), cache]:
+        for d in sorted(folder.glob("*"), reverse=True) if folder.is_dir() else []:
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+    for d in kept:
+        print(f"kept {d}: it holds files deepen-run did not make")
+    return removed
+
+
+if __name__ == "__main__":  # make clean: python -m deepen_run.run.rundir <outputs> [--store]
+    import sys
+
+    gone = clean(Path(sys.argv[1]), store="--store" in sys.argv[2:])
+    print(f"removed {len(gone)} entries under {sys.argv[1]}")

@@ -1,0 +1,60 @@
+"""The few lines every run ends with (rank 0): what it was, how it scored, where to look next.
+
+Read back from the MLflow store, so it shows what was recorded, not what the process believes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+from urllib.parse import unquote, urlparse
+
+from deepen_run.tracking import ui
+from deepen_run.config.schema import default_store
+
+DEFAULT_STORE = default_store()
+
+
+def ui_hint(uri: str) -> tuple[str, str]:
+    """(UI base URL, how to start it) for a tracking URI."""
+    if uri.startswith("http://") or uri.startswith("https://"):
+        return uri.rstrip("/"), "the tracking server"
+    if uri == DEFAULT_STORE:
+        return ui.DEFAULT_UI, "make ui"
+    return ui.DEFAULT_UI, f"mlflow ui --backend-store-uri {uri}"
+
+
+def local_path(uri: str) -> str:
+    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+
+
+def text(tracker, home: Optional[Path], status: str) -> str:
+    run = tracker.client.get_run(tracker.run_id)
+    metrics = run.data.metrics
+    evals = {k: v for k, v in sorted(metrics.items()) if k.startswith("eval/") and k != "eval/score"}
+    ui.apply(tracker.client, tracker.experiment_id, list(metrics), run.data.tags.get("mlflow.parentRunId"))
+    base, how = ui_hint(tracker.uri)
+    lines = [f"run {run.info.run_name}  {status}  (id {tracker.run_id}, experiment {tracker.experiment})"]
+    if "eval/score" in metrics:
+        per = "  ".join(f"{k[5:]} {v:.4f}" for k, v in evals.items() if k != "eval/best_score")
+        lines.append(f"  eval/score {metrics['eval/score']:.4f}   {per}")
+    elif run.data.tags.get("dry_run") == "true":
+        lines.append("  dry run: sizes and config recorded, no training")
+    best = home / "checkpoints" / "best" if home is not None else None
+    if best is not None and (best / "model.safetensors").is_file():
+        lines.append(f"  best weights  {best}  (eval/best_score {metrics.get('eval/best_score', float('nan')):.4f})")
+    elif "eval/score" in metrics:
+        lines.append("  best weights  not kept (short run; train.save_best=true keeps them)")
+    names = [a.path + ("/" if a.is_dir else "") for a in tracker.client.list_artifacts(tracker.run_id)]
+    lines.append(f"  artifacts     {local_path(run.info.artifact_uri)}  ({', '.join(names)})")
+    lines.append(f"  MLflow UI     {ui.run_url(base, tracker.experiment_id, tracker.run_id)}  ({how})")
+    return "\n".join(lines)
+
+
+def show(tracker, home: Optional[Path], status: str) -> None:
+    """Print the summary; never fails the run that has just been recorded."""
+    if not tracker.enabled or not tracker.run_id:
+        return
+    try:
+        print("\n" + text(tracker, home, status), flush=True)
+    except Exception as e:  # noqa: BLE001 (a store hiccup here must not turn a FINISHED run into an error)
+        print(f"run {tracker.run_id} {status} (summary unavailable: {type(e).__name__})", flush=True)

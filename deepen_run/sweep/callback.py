@@ -1,0 +1,114 @@
+"""A multirun as one MLflow parent run with one child run per job: the launching process's side.
+
+`SweepCallback` (registered under hydra.callbacks in conf/config.yaml) runs in the launching
+process. Before any job starts it checks every job's config and creates the parent run, which also
+creates the store's schema there, so parallel jobs never race on it; it writes the sweep's identity
+for the jobs (deepen_run/sweep/jobs.py, which also holds the job side), prints each job's start and
+result as they happen, and closes the parent when the sweep ends: FINISHED only if every job
+finished, else FAILED with the count (KILLED, with its jobs, when a signal stopped the sweep). The
+open sweep is a `Launch` (deepen_run/sweep/launch.py); a sweep dir that already holds a sweep is
+continued with resume=auto (deepen_run/sweep/resume.py).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
+
+from deepen_run.sweep import summary as sweep_summary
+from deepen_run.errors import UserError
+from deepen_run.sweep.jobs import JOBS_DIR, SWEEP_FILE, read_outcomes, write_json
+
+
+def count_jobs(config) -> Optional[int]:
+    """How many jobs the sweeper will launch, or None when that cannot be known up front."""
+    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
+    if "optuna" in sweeper.lower():
+        return int(config.hydra.sweeper.n_trials)
+    from deepen_run.sweep.check import job_overrides
+
+    jobs = job_overrides(config)
+    return len(jobs) if jobs is not None else None
+
+
+def sweep_params(config) -> dict[str, str]:
+    """The sweep's overrides as params of the parent: `seed` = `1,2,3,4` sits in the seed column."""
+    task = [str(o) for o in config.hydra.overrides.task]
+    space = [f"{k}={v}" for k, v in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items()]
+    out = {}
+    for o in task + space:
+        key, _, value = o.partition("=")
+        out[key.lstrip("+~")] = value
+    out["sweep.overrides"] = " ".join(task)
+    out["sweep.hydra_overrides"] = " ".join(str(o) for o in config.hydra.overrides.hydra)
+    return out
+
+
+class SweepCallback(Callback):
+    def __getstate__(self):  # launchers pickle the callback into every job: the open sweep stays here
+        return {k: v for k, v in self.__dict__.items() if k != "launch"}
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        try:
+            self.launch = open_sweep(config)
+        except UserError as e:  # every job's config, the store, the sweep's identity: before anything runs
+            print(f"deepen-run: error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        launch = getattr(self, "launch", None)
+        if launch is not None and launch.close(interrupted=False) > 0:
+            sys.exit(1)  # the sweep's exit status says whether every job finished
+
+
+def open_sweep(config):
+    """Check every job, then create the parent run (or reopen it: resume=auto) and start watching."""
+    from deepen_run.run.checkpoint import orphan_note
+    from deepen_run.run.lifecycle import provenance, reap_orphans
+    from deepen_run.run.resume import wanted
+    from deepen_run.sweep.check import check_jobs
+    from deepen_run.sweep.launch import Launch
+    from deepen_run.sweep.resume import check_same, jobs_of, previous, reopen
+    from deepen_run.tracking.store import Tracker
+
+    sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
+    params, jobs = sweep_params(config), jobs_of(config)
+    old = previous(sweep_dir)  # a sweep dir holds one sweep: continued with resume=auto, else refused
+    if old is not None:
+        check_same(old, params, jobs, sweep_dir, resume=wanted(config.resume) is not None)
+    checked = check_jobs(config)
+    n = checked if checked is not None else count_jobs(config)
+    uri, experiment = config.tracking.uri, config.tracking.experiment
+    tracker = Tracker(uri, experiment)
+    tracker.check()
+    reap_orphans(tracker, note=orphan_note)  # runs (and a parent) whose process died, once for all the jobs
+    (sweep_dir / JOBS_DIR).mkdir(parents=True, exist_ok=True)
+    target = lambda key: str(OmegaConf.select(config, key, default="?")).rsplit(".", 1)[-1]  # noqa: E731
+    # pid/host: a SIGKILLed launcher's parent is reaped like a run (lifecycle.reap_orphans)
+    tags = {"sweep_role": "parent", "sweep_dir": str(sweep_dir), "launcher": target("hydra.launcher._target_"),
+            "sweeper": target("hydra.sweeper._target_")} \
+        | {k: v for k, v in provenance().items() if k in ("pid", "host", "command", "git_commit")}
+    if old is not None:
+        info = old | {"launcher_pid": os.getpid(), "attempt": old.get("attempt", 1) + 1}
+        first_step = reopen(old, tracker, tags | {"sweep_id": old["sweep_id"]})
+    else:
+        sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+        parent = tracker.start(sweep_summary.parent_name(config, params), tags | {"sweep_id": sweep_id})
+        tracker.log_params(params | {"sweep.jobs": n if n is not None else "?"})
+        info = {"sweep_id": sweep_id, "parent_run_id": parent, "uri": uri, "experiment": experiment, "n_jobs": n,
+                "dir": str(sweep_dir), "params": params, "jobs": jobs, "launcher_pid": os.getpid(), "attempt": 1}
+        first_step = 0
+    write_json(sweep_dir / SWEEP_FILE, info)
+    again = f"; attempt {info['attempt']}, continuing the interrupted sweep" if old is not None else ""
+    print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "
+          f"experiment {experiment!r} ({uri}); outputs in {sweep_dir}{again}", flush=True)
+    launch = Launch(info, tracker, first_step).begin()
+    # the run note (results table), kept up to date as jobs end
+    launch.live = sweep_summary.start(info, tracker, lambda: len(read_outcomes(sweep_dir)))
+    return launch

@@ -1,0 +1,93 @@
+"""A sweep checks every job's config before it launches any.
+
+Hydra composes a job's config only when that job starts, so one bad value in `train.batch_size=8,16,abc`
+(or a typo'd swept key) would otherwise surface in job 3, after jobs 1 and 2 ran, or never be
+recorded at all. Here the launching process enumerates the jobs the way Hydra's BasicSweeper does
+(the cartesian product of the overrides, parsed with Hydra's public override parser), composes each
+job's config with Hydra's compose API and runs the pre-flight on it. The first bad job is named in
+one line and the sweep stops (exit 2) before its parent run exists.
+
+The pre-flight's data checks parse every TSV row, so they run once per distinct set of inputs
+(everything but seed, train, schedule and tracking); the number checks run for every job. An
+Optuna sweep draws its values as it goes: it cannot be enumerated, and only its fixed overrides are
+checked (by the first job, as before).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+from omegaconf import OmegaConf
+
+from deepen_run.errors import UserError
+
+
+def job_overrides(config) -> Optional[list[list[str]]]:
+    """Each job's overrides, in launch order, or None when the sweeper is not Hydra's basic one."""
+    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
+    if not sweeper.endswith("BasicSweeper"):
+        return None
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    args = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in config.hydra.overrides.task]
+    axes: dict[str, list[str]] = {}  # a later override of a key replaces an earlier one, as in Hydra
+    try:
+        for o in OverridesParser.create().parse_overrides(args):
+            key = o.get_key_element()
+            if o.is_sweep_override():
+                if not o.is_discrete_sweep():
+                    return None  # interval(...): only a sampling sweeper can run it
+                axes[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+            else:
+                axes[key] = [f"{key}={o.get_value_element_as_str()}"]
+    except Exception:  # noqa: BLE001 (glob() needs Hydra's config loader: the jobs say it themselves)
+        return None
+    return [list(job) for job in itertools.product(*axes.values())]
+
+
+def _swept(job: list[str], jobs: list[list[str]]) -> list[str]:
+    """The overrides of this job that differ between jobs: what names it to the user."""
+    return [o for i, o in enumerate(job) if len({j[i] for j in jobs}) > 1] or job
+
+
+def _one_line(e: BaseException) -> str:
+    cause = e.__cause__
+    text = f"{e} {cause}" if cause is not None and str(cause) not in str(e) else str(e)
+    return " ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+
+
+def check_jobs(config) -> Optional[int]:
+    """Compose and pre-flight every job; raise UserError naming the first bad one. Returns the
+    number of jobs (None when they cannot be enumerated)."""
+    jobs = job_overrides(config)
+    if jobs is None:
+        return None
+    from hydra import compose
+
+    from deepen_run.run.preflight import check, numbers, typo
+    from deepen_run.run.resume import _plain
+
+    name = config.hydra.job.config_name
+    seen: set[str] = set()
+    for k, job in enumerate(jobs):
+        which = f"sweep job {k + 1} of {len(jobs)} ({' '.join(_swept(job, jobs))})"
+        try:
+            cfg = compose(config_name=name, overrides=job)
+            numbers(cfg)
+            inputs = _plain(cfg)
+            for key in ("seed", "train", "schedule", "tracking"):
+                inputs.pop(key, None)
+            key = OmegaConf.to_yaml(OmegaConf.create(inputs))
+            if key not in seen:
+                check(cfg)
+                seen.add(key)
+        except UserError as e:
+            raise UserError(f"{which}: {_one_line(e)}; nothing was launched") from None
+        except Exception as e:  # noqa: BLE001 (Hydra/OmegaConf composition errors: wrong type, unknown key)
+            methods = {o for j in jobs for o in j if o.lstrip("+~").startswith("method=")}
+            better = typo(str(e), job, methods_swept=len(methods) > 1)
+            if better is not None:
+                raise UserError(f"{which}: {better}; nothing was launched") from None
+            raise UserError(f"{which}: {type(e).__name__}: {_one_line(e)}; nothing was launched") from None
+    return len(jobs)

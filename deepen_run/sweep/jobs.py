@@ -1,0 +1,273 @@
+"""A sweep's jobs, and the files they share with the launching process (deepen_run/sweep/callback.py).
+
+Jobs run wherever the launcher puts them (this process, joblib's loky workers, submitit processes,
+SLURM nodes). A file in the sweep dir is the one channel all of them share: each job reads the
+sweep's identity from <sweep dir>/deepen_sweep.json and writes its start and its outcome to
+<sweep dir>/deepen_jobs/<num>.start.json and <num>.json, which the launching process watches
+(progress lines) and counts when it closes the parent run. A failing job returns NaN instead of
+raising: Hydra's sweepers stop at the first exception, and the other jobs must go on (Optuna
+counts a NaN as a failed trial).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Optional
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
+from deepen_run.errors import UserError
+from deepen_run.run.lifecycle import SignalGuard
+from deepen_run.run.rundir import JOBS_DIR, SWEEP_FILE  # noqa: F401 (the sweep modules' names for them)
+from deepen_run.util import first_line as _one_line
+
+STOP_FILE = "STOP"  # written by a launcher stopped by a signal: jobs not started yet do not start
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)  # atomic: the watcher never reads half a file
+
+
+def read_outcomes(sweep_dir: Path) -> dict[int, dict]:
+    """How each ended job ended: job number -> its outcome file."""
+    return _read(sweep_dir, ".json")
+
+
+def read_starts(sweep_dir: Path) -> dict[int, dict]:
+    """The jobs that started (in this attempt): job number -> overrides and pid."""
+    return _read(sweep_dir, ".start.json")
+
+
+def _read(sweep_dir: Path, suffix: str) -> dict[int, dict]:
+    out = {}
+    for f in (sweep_dir / JOBS_DIR).glob(f"*{suffix}"):
+        stem = f.name[:-len(suffix)]
+        if stem.isdigit():
+            out[int(stem)] = json.loads(f.read_text())
+    return out
+
+
+def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts=None) -> None:
+    """Print '[job k/N] ...' when a job starts and when it ends, whichever process ran it; the parent's
+    counts (counts.log) follow each end."""
+    seen: set[str] = set()
+    total = n if n is not None else "?"
+    while True:
+        done = stop.is_set()
+        ended = False
+        for f in sorted((sweep_dir / JOBS_DIR).glob("*.json"), key=lambda p: p.stat().st_mtime):
+            if f.name in seen:
+                continue
+            seen.add(f.name)
+            num, _, kind = f.name.partition(".")
+            d = json.loads(f.read_text())
+            k = f"[job {int(num) + 1}/{total}]"
+            ended = ended or kind == "json"
+            if kind == "start.json":
+                print(f"{k} started: {' '.join(d['overrides'])}", flush=True)
+            elif d.get("kept"):
+                print(f"{k} kept: {d['name']} FINISHED before  eval/score={d['score']:.4f}", flush=True)
+            elif d["status"] == "FINISHED":
+                print(f"{k} FINISHED {d['name']}  eval/score={d['score']:.4f}  ({d['seconds']:.0f} s)", flush=True)
+            else:
+                print(f"{k} {d['status']} {d['name']}  {d['error']}  ({d['seconds']:.0f} s)", flush=True)
+        if ended and counts is not None and not done:
+            try:
+                counts.update(read_outcomes(sweep_dir)).log()
+            except Exception as e:  # noqa: BLE001 (the store may be what failed; the sweep goes on)
+                print(f"deepen-run: warning: could not update the sweep's counts: {_one_line(e)}", file=sys.stderr)
+        if done:
+            return
+        stop.wait(0.5)
+
+
+def _is_sweep(value: str) -> bool:
+    """`1,2,3`, `[1],[2]`, range(...), choice(...), interval(...): not a plain value or list `[2,3]`."""
+    if value.startswith(("range(", "choice(", "interval(", "glob(", "tag(")):
+        return True
+    depth = 0
+    for ch in value:
+        depth += ch in "[({"
+        depth -= ch in "])}"
+        if ch == "," and depth == 0:
+            return True
+    return False
+
+
+class SweepJob:
+    """One job of a sweep, on whichever machine runs it."""
+
+    def __init__(self, info: dict, num: int, overrides: list[str]):
+        self.info, self.num, self.overrides = info, num, overrides
+        self.jobs = Path(info["dir"]) / JOBS_DIR
+
+    def tags(self) -> dict[str, str]:
+        from deepen_run.sweep.summary import child_tags  # the swept values: the runs table's columns
+
+        return {"mlflow.parentRunId": self.info["parent_run_id"], "sweep_id": self.info["sweep_id"],
+                "sweep_role": "child", "sweep_job": str(self.num)} | child_tags(self.info, self.overrides)
+
+    def swept(self) -> list[str]:
+        """This job's values of the swept keys the default run name does not already say, so the
+        children of `method.gru_layers=1,2,3` are told apart in the MLflow UI."""
+        named = {"backbone", "method", "task", "task.names", "schedule", "seed"}
+        sweep = self.info.get("params", {})
+        out = []
+        for o in self.overrides:
+            key, _, value = o.partition("=")
+            key = key.lstrip("+~")
+            if key not in named and _is_sweep(sweep.get(key, "")):
+                out.append(f"{key.rsplit('.', 1)[-1]}={value}")
+        return out
+
+    def run(self, cfg, run_fn: Callable[..., float]) -> float:
+        from deepen_run.run.resume import current_dir
+        from deepen_run.run.runner import run_name
+
+        t0 = time.time()
+        if (self.jobs / STOP_FILE).exists():
+            return float("nan")  # the sweep was stopped by a signal before this job began: it stays pending
+        if not cfg.tracking.run_name:
+            from deepen_run.sweep.summary import child_name  # short, the swept values first
+
+            cfg.tracking.run_name = child_name(run_name(cfg), cfg.seed, self.info, self.overrides)
+        name = run_name(cfg)
+        kept = self._kept(cfg, current_dir())
+        if kept is not None:  # FINISHED by an earlier attempt of this sweep: counted, not trained again
+            write_json(self.jobs / f"{self.num}.json", kept | {"name": name})
+            return kept["score"]
+        signals = SignalGuard().install()  # from the job's start: a signal while it loads ends it KILLED too
+        write_json(self.jobs / f"{self.num}.start.json", {"overrides": self.overrides, "pid": os.getpid(),
+                                                           "home": str(current_dir())})
+        watchdog = OrphanWatch.of_this_process(self.info.get("launcher_pid"))
+        if watchdog is not None:
+            watchdog.busy.set()
+        stopped = None
+        try:
+            score = float(run_fn(cfg, tags=self.tags()))
+            outcome = {"status": "FINISHED", "name": name, "score": score}
+        except KeyboardInterrupt as e:  # the run ended KILLED (with a checkpoint if one was saved)
+            signals.defer = True  # from here, another copy of the signal waits (and is dropped)
+            stopped, ckpt = e, getattr(e, "checkpoint", None)
+            saved = f"checkpoint {ckpt.name} kept" if ckpt is not None else "no checkpoint saved"
+            outcome = {"status": "KILLED", "name": name, "error": f"{e}; {saved}"}
+        except Exception as e:  # noqa: BLE001 (any failure: record it, let the other jobs go on)
+            line = _one_line(e)
+            if not isinstance(e, UserError):
+                traceback.print_exc()
+            print(f"deepen-run: error: job {self.num + 1}: {line}", file=sys.stderr)
+            self._failed_child(cfg, name, line)
+            score, outcome = float("nan"), {"status": "FAILED", "name": name, "error": line}
+        finally:
+            if watchdog is not None:
+                watchdog.busy.clear()
+        with signals.deferred():  # the copy of a signal the launcher passes on must not lose the outcome
+            write_json(self.jobs / f"{self.num}.json", outcome | {"seconds": time.time() - t0})
+        signals.uninstall()
+        if watchdog is not None:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if stopped is not None:
+            pass_on(getattr(stopped, "signum", 2))  # submitit: requeue; basic launcher: stop the sweep
+            raise stopped
+        return score
+
+    def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:
+        """resume=auto: this job's run dir holds its FINISHED child of this sweep -> its outcome."""
+        from deepen_run.run.checkpoint import read_run_file
+        from deepen_run.run.resume import wanted
+        from deepen_run.tracking.store import find_runs
+
+        info = read_run_file(home) if home is not None and wanted(cfg.resume) else {}
+        if info.get("status") != "FINISHED":
+            return None
+        runs = find_runs(cfg.tracking.uri, cfg.tracking.experiment,
+                         {"sweep_id": self.info["sweep_id"], "sweep_job": str(self.num)}, status="FINISHED")
+        run = next((r for r in runs if r["run_id"] == info["run_id"]), None)
+        if run is None:
+            return None
+        return {"status": "FINISHED", "kept": True, "score": run["metrics"].get("eval/score", float("nan")),
+                "seconds": 0.0, "run_id": run["run_id"]}
+
+    def _failed_child(self, cfg, name: str, error: str) -> None:
+        """A job that failed before its run existed (bad input) still gets a FAILED child, so the
+        MLflow UI shows every job of the sweep and why it failed."""
+        from deepen_run.run.runner import tags_for
+        from deepen_run.tracking.store import Tracker, find_runs
+
+        try:
+            if find_runs(cfg.tracking.uri, cfg.tracking.experiment, {"sweep_id": self.info["sweep_id"],
+                                                                     "sweep_job": str(self.num)}):
+                return
+            t = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+            t.start(name, tags_for(cfg) | self.tags() | {"error": error})
+            t.log_params(dict(o.partition("=")[::2] for o in self.overrides))
+            t.end("FAILED")
+        except Exception as e:  # noqa: BLE001 (the store may be what failed; the outcome file still counts it)
+            print(f"deepen-run: warning: could not record job {self.num + 1} in MLflow: {_one_line(e)}",
+                  file=sys.stderr)
+
+
+def pass_on(signum: int) -> None:
+    """After a job's run ended KILLED (its own guard is gone), let the process's handler act: the
+    launcher's (basic launcher: stop the sweep) or submitit's (SIGUSR2: requeue the job)."""
+    handler = signal.getsignal(signum)
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signum, None)
+
+
+class OrphanWatch(threading.Thread):
+    """In a worker process (loky, submitit_local) whose launcher dies (SIGKILL of it alone): the
+    worker's running job stops as on SIGTERM (checkpoint, KILLED), then the worker exits instead of
+    idling forever. One per process, found among its threads (no module state)."""
+
+    GRACE_S = 300
+
+    def __init__(self, launcher_pid: int):
+        super().__init__(name="deepen-sweep-orphan-watch", daemon=True)
+        self.launcher, self.busy = launcher_pid, threading.Event()
+
+    @classmethod
+    def of_this_process(cls, launcher_pid: Optional[int]) -> Optional["OrphanWatch"]:
+        if not launcher_pid or os.getppid() != launcher_pid:
+            return None  # the launcher's own process (basic launcher), or not its child (SLURM)
+        for t in threading.enumerate():
+            if isinstance(t, cls):
+                return t
+        watch_it = cls(launcher_pid)
+        watch_it.start()
+        return watch_it
+
+    def run(self) -> None:
+        while os.getppid() == self.launcher:
+            time.sleep(1.0)
+        if self.busy.is_set():
+            print(f"deepen-run: the sweep's launcher (pid {self.launcher}) is gone; stopping this job",
+                  file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            deadline = time.time() + self.GRACE_S
+            while self.busy.is_set() and time.time() < deadline:
+                time.sleep(0.2)
+        os._exit(1)
+
+
+def current_job() -> Optional[SweepJob]:
+    """The sweep job this process runs, or None for a single run (or a sweep without the callback)."""
+    try:
+        hc = HydraConfig.get()
+    except ValueError:
+        return None
+    if hc.mode != RunMode.MULTIRUN:
+        return None
+    f = Path(str(hc.sweep.dir)).resolve() / SWEEP_FILE
+    if not f.is_file():
+        return None
+    return SweepJob(json.loads(f.read_text()), int(hc.job.num), [str(o) for o in hc.overrides.task])

@@ -1,0 +1,117 @@
+"""The launching process's open sweep: its parent run, the watcher of its jobs, its signals, its end.
+
+One `Launch` object per sweep, made by SweepCallback.on_multirun_start and ended by on_multirun_end
+(or at exit, when the launcher is stopped). It is not module state: the callback holds it (and
+drops it when a launcher pickles the callback into a job), the signal handler and atexit hold
+bound methods of it.
+
+Signals: Ctrl-C / SIGTERM of the launching process writes <sweep dir>/deepen_jobs/STOP (jobs not
+yet started then do not start), passes the signal on to the jobs running in other processes (loky
+workers, submitit processes: a job ignores the copy the process group already got), waits for them
+to save a checkpoint and end KILLED, then ends the parent KILLED and exits 128 + signal number. A
+second signal stops at once.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from deepen_run.sweep import summary as sweep_summary
+from deepen_run.run.checkpoint import orphan_note
+from deepen_run.run.lifecycle import SIGNALS, Interrupted, alive, reap_orphans
+from deepen_run.sweep.counts import Counts
+from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE, read_outcomes, read_starts, watch
+
+GRACE_S = 300  # how long stopped jobs get to save their checkpoint before the parent is closed
+
+
+class Launch:
+    def __init__(self, info: dict, tracker, first_step: int = 0):
+        self.info, self.tracker = info, tracker
+        self.live = None  # sweep_summary.Live, set once the parent's note is started
+        self.dir = Path(info["dir"])
+        self.counts = Counts(info["n_jobs"], tracker, first_step)
+        self.signum: Optional[int] = None
+        self.closed = False
+        self.stop = threading.Event()
+        self.watcher = threading.Thread(target=watch, args=(self.dir, info["n_jobs"], self.stop, self.counts),
+                                        daemon=True)
+
+    def begin(self) -> "Launch":
+        self.counts.log()  # every job pending (or kept) before the first one starts
+        self.watcher.start()
+        atexit.register(self.close, interrupted=True)
+        if threading.current_thread() is threading.main_thread():
+            for sig in SIGNALS:
+                signal.signal(sig, self.on_signal)
+        return self
+
+    def on_signal(self, signum, frame) -> None:
+        if self.signum is not None or self.closed:
+            raise Interrupted(signum)  # the user insists: stop now
+        self.signum = signum
+        jobs = self.dir / JOBS_DIR
+        (jobs / STOP_FILE).write_text(f"{signal.Signals(signum).name}\n")
+        running = self._running()
+        for pid in set(running.values()):
+            try:
+                os.kill(pid, signum)  # a job ignores this copy if its process group already got one
+            except ProcessLookupError:
+                pass
+        if running:
+            print(f"[sweep {self.info['sweep_id']}] stopping: {len(running)} running job(s) save a checkpoint "
+                  f"and end KILLED (a second {signal.Signals(signum).name} stops at once)", file=sys.stderr, flush=True)
+        deadline = time.time() + GRACE_S
+        while self._running() and time.time() < deadline:
+            time.sleep(0.2)
+        self.close(interrupted=True)
+        raise SystemExit(128 + signum)
+
+    def _running(self) -> dict[int, int]:
+        """Jobs started in another process and not ended yet: job number -> pid."""
+        ended = read_outcomes(self.dir)
+        return {k: s["pid"] for k, s in read_starts(self.dir).items()
+                if k not in ended and s.get("pid") and s["pid"] != os.getpid() and alive(s["pid"])}
+
+    def close(self, interrupted: bool) -> int:
+        """End the parent run; returns the number of jobs that did not finish."""
+        if self.closed:
+            return 0
+        self.closed = True
+        self.stop.set()
+        self.watcher.join()
+        info, tracker = self.info, self.tracker
+        if interrupted:  # jobs whose process died before ending their run
+            reap_orphans(tracker, f"tags.sweep_id = '{info['sweep_id']}'", wait_s=60, note=orphan_note)
+        c = self.counts.update(read_outcomes(self.dir), self._started_not_ended())
+        c.log()
+        status = "FINISHED" if c.finished == c.n and c.n > 0 else "KILLED" if interrupted else "FAILED"
+        why = Interrupted(self.signum) if self.signum is not None else "the launcher exited early"
+        if interrupted:
+            tracker.set_tags({"interrupted": f"{why}: {c.finished} of {c.n} jobs finished, {c.killed} killed, "
+                                             f"{c.pending} not started"})
+        elif c.finished < c.n:
+            tracker.set_tags({"sweep_failed": f"{c.n - c.finished} of {c.n} jobs failed: " + c.which()})
+        for name in ("multirun.yaml", "optimization_results.yaml"):
+            if (self.dir / name).is_file():
+                tracker.log_file(str(self.dir / name))
+        tracker.end(status)
+        print(f"[sweep {info['sweep_id']}] {c.line()}; parent run {info['parent_run_id']} {status}", flush=True)
+        if interrupted:
+            saved = c.with_checkpoint(self.dir)
+            print(f"deepen-run: sweep stopped by {why}; its parent and {c.killed} unfinished job(s) are KILLED "
+                  f"({saved} with a checkpoint), {c.pending} not started; continue the sweep with the same command "
+                  f"plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
+        # The final note, figure and table on the parent; the table and the UI links printed last.
+        sweep_summary.finish(info, tracker, status, show_table=bool(c.finished) and not interrupted, live=self.live)
+        return c.n - c.finished
+
+    def _started_not_ended(self) -> set[int]:
+        ended = read_outcomes(self.dir)
+        return {k for k in read_starts(self.dir) if k not in ended}

@@ -1,0 +1,66 @@
+"""A sweep's identity, and continuing an interrupted one under its original parent run.
+
+The identity of a sweep is its sweep dir plus the list of its jobs' overrides (`resume` aside), saved
+in <sweep dir>/deepen_sweep.json when it starts. Running a sweep again into a dir that holds one:
+- with resume=auto (or true): the same jobs continue the same sweep. The parent run goes back to
+  RUNNING; each job continues in its own run dir (FINISHED ones are kept, killed ones continue from
+  their checkpoint, never-started ones run; deepen_run/sweep/jobs.py);
+- with other jobs, or without resume: refused in one line (what differs), before anything runs. A
+  new sweep is asked for with another hydra.sweep.dir.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from deepen_run.errors import UserError
+from deepen_run.sweep.jobs import JOBS_DIR, SWEEP_FILE
+
+
+def jobs_of(config) -> Optional[list[list[str]]]:
+    """Each job's overrides without `resume` (asking to resume does not change a job)."""
+    from deepen_run.sweep.check import job_overrides
+
+    jobs = job_overrides(config)
+    if jobs is None:
+        return None
+    return [[o for o in job if o.split("=", 1)[0].lstrip("+~") != "resume"] for job in jobs]
+
+
+def previous(sweep_dir: Path) -> Optional[dict]:
+    f = sweep_dir / SWEEP_FILE
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def _differs(then: dict, now: dict) -> str:
+    """The swept keys whose values differ, as `key: then -> now`."""
+    skip = {"resume", "sweep.overrides", "sweep.hydra_overrides"}
+    keys = [k for k in dict.fromkeys([*then, *now]) if k not in skip and then.get(k) != now.get(k)]
+    return "; ".join(f"{k}: {then.get(k, '(not given)')} -> {now.get(k, '(not given)')}" for k in keys)
+
+
+def check_same(old: dict, params: dict, jobs: Optional[list[list[str]]], sweep_dir: Path, resume: bool) -> None:
+    """Raise UserError unless this command continues the sweep of sweep_dir (same jobs, resume asked)."""
+    where = f"hydra.sweep.dir={sweep_dir} holds sweep {old['sweep_id']} (parent run {old['parent_run_id']})"
+    if not resume:
+        raise UserError(f"{where}; continue it with the same command plus resume=auto, or pass another "
+                        "hydra.sweep.dir for a new sweep")
+    same = old.get("jobs") == jobs if jobs is not None and old.get("jobs") is not None else \
+        not _differs(old.get("params", {}), params)
+    if not same:
+        what = _differs(old.get("params", {}), params) or \
+            f"{len(old.get('jobs') or [])} jobs then, {len(jobs or [])} now (their overrides differ)"
+        raise UserError(f"resume: {where} with other jobs ({what}); a resumed sweep keeps its jobs: drop the "
+                        "change, or pass another hydra.sweep.dir for a new sweep")
+
+
+def reopen(old: dict, tracker, tags: dict) -> int:
+    """The original parent run, RUNNING again with this launcher's pid; returns the step its counts
+    continue at. The last attempt's job files go (each job writes its outcome anew)."""
+    tracker.start(old["parent_run_id"], tags, run_id=old["parent_run_id"])
+    tracker.resume()  # metrics and params it has; drops the last attempt's end-of-run tags
+    jobs = Path(old["dir"]) / JOBS_DIR
+    for f in list(jobs.glob("*.json")) + list(jobs.glob("STOP")):
+        f.unlink()
+    return 1 + max(tracker.logged.get("sweep/pending", {-1}))

@@ -1,0 +1,284 @@
+"""A sweep's answer on its parent run, for whoever opens it in the MLflow UI.
+
+- The parent's name says what was swept: backbone, method and tasks (where they are not swept),
+  then each swept key with its values: `tiny hire rte | gru_layers=1,2 × seed=1,2`.
+- Its description (MLflow's run note, tag mlflow.note.content, Markdown on the run's overview) holds
+  the children's results table, built by deepen-report's own code from the same runs as
+  `deepen-report --sweep-id`, so the numbers are the same. A thread of the launching process
+  rebuilds it whenever a job's outcome file appears (deepen_run/sweep/jobs.py writes them).
+- Its artifacts hold one figure, sweep/eval_score.png: eval/score against the swept keys (a line
+  with the spread over seeds for one key, a heatmap for two), and the table as report/results.{md,csv}.
+- Each child carries its swept values as tags (the runs table's columns) and a name that starts with them.
+- The sweep's last console lines link to MLflow's compare view of the children and to the parent.
+
+The figure uses matplotlib's object API, not pyplot: the thread may draw while a job in the same
+process (the basic launcher) draws its own figures with pyplot.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import sys
+import threading
+from typing import Optional
+from urllib.parse import quote
+
+from deepen_run.util import first_line
+
+NOTE = "mlflow.note.content"
+FIGURE = "sweep/eval_score.png"
+# Keys every child already has as a tag of the same value (runner.tags_for): not tagged twice.
+STANDARD = ("backbone", "method", "task", "schedule", "seed")
+
+
+def _is_sweep(key: str, value: str) -> bool:
+    """`1,2,3`, range(...), choice(...), interval(...): Hydra's own parser decides, so a plain
+    list value (`method.layers=[2,3]`) is not taken for a sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_override(f"{key}={value}").is_sweep_override()
+    except Exception:  # noqa: BLE001 (glob() and friends need Hydra's config loader: not a plain value)
+        return False
+
+
+def swept(params: dict[str, str]) -> dict[str, str]:
+    """The swept keys of a sweep (deepen_run.sweep.callback.sweep_params) and their values as given."""
+    return {k: v for k, v in params.items() if not k.startswith("sweep.") and _is_sweep(k, str(v))}
+
+
+def short(key: str) -> str:
+    return key.rsplit(".", 1)[-1]
+
+
+def parent_name(config, params: dict[str, str]) -> str:
+    """What was swept, in a line: `tiny hire rte | gru_layers=1,2 × seed=1,2`."""
+    axes = swept(params)
+    fixed = []
+    if "backbone" not in axes:
+        fixed.append(str(config.backbone.name))
+    if not {"method", "arm"} & set(axes):  # an arm preset chooses the method
+        fixed.append(str(config.method.name))
+    if not {"task", "task.names"} & set(axes):
+        fixed.append("+".join(str(t) for t in config.task.names))
+    keys = " × ".join(f"{short(k)}={v}" for k, v in axes.items())
+    return (" ".join(fixed) + (f" | {keys}" if keys else " sweep"))[:250]
+
+
+def child_tags(info: dict, overrides: list[str]) -> dict[str, str]:
+    """This job's value of each swept key, as a tag named by the key (a column of the runs table)."""
+    axes = swept(info.get("params", {}))
+    out = {}
+    for o in overrides:
+        key, _, value = o.partition("=")
+        key = key.lstrip("+~")
+        if key in axes and key not in STANDARD:
+            out[key] = value
+    return out
+
+
+def child_name(base: str, seed, info: dict, overrides: list[str]) -> str:
+    """The swept values first (what tells the children apart), then the usual name:
+    `gru_layers=2 seed=1 · tiny-hire-rte`."""
+    axes = swept(info.get("params", {}))
+    values = []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.lstrip("+~") in axes:
+            values.append(f"{short(key.lstrip('+~'))}={value}")
+    if not values:
+        return base
+    if "seed" in axes:
+        base = base.removesuffix(f"-s{seed}")
+    return " ".join(values) + " · " + base
+
+
+def columns(params: dict[str, str]) -> list[str]:
+    """The runs table's columns for the swept keys (deepen_run/tracking/ui.py puts them after eval/score)."""
+    return [f"tags.`{k}`" for k in swept(params)]
+
+
+# -- the figure ------------------------------------------------------------------------------------
+
+def _order(values: list[str]) -> list[str]:
+    try:
+        return sorted(set(values), key=float)
+    except ValueError:
+        return list(dict.fromkeys(values))  # the order the runs came in
+
+
+def score_points(children: list[dict], keys: list[str]) -> dict[tuple, list[float]]:
+    """(value of each key) -> eval/score of the finished children (one per seed)."""
+    out: dict[tuple, list[float]] = {}
+    for r in children:
+        score = r["metrics"].get("eval/score")
+        if r["status"] == "FINISHED" and score is not None and score == score:
+            out.setdefault(tuple(r["tags"].get(k, "?") for k in keys), []).append(score)
+    return out
+
+
+def figure(children: list[dict], params: dict[str, str]):
+    """eval/score against the swept keys (seed aside): a line with the seeds' spread for one key, a
+    heatmap of the mean for two; several keys beyond that share the x axis as combined labels."""
+    from matplotlib.figure import Figure
+
+    keys = [k for k in swept(params) if k != "seed"]
+    pts = score_points(children, keys)
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot()
+    title = "eval/score (dev) of the sweep's finished runs"
+    if len(keys) == 2:
+        xs, ys = (_order([p[i] for p in pts]) for i in (0, 1))
+        grid = [[statistics.fmean(pts[(x, y)]) if (x, y) in pts else float("nan") for x in xs] for y in ys]
+        im = ax.imshow(grid, cmap="viridis", aspect="auto", origin="lower")
+        for j, row in enumerate(grid):
+            for i, v in enumerate(row):
+                if v == v:
+                    n = len(pts[(xs[i], ys[j])])
+                    ax.text(i, j, f"{v:.3f}\n(n={n})", ha="center", va="center", fontsize=8, color="w")
+        ax.set_xticks(range(len(xs)), xs)
+        ax.set_yticks(range(len(ys)), ys)
+        ax.set(xlabel=keys[0], ylabel=keys[1], title=title + ", mean over seeds")
+        fig.colorbar(im, ax=ax, label="eval/score")
+    else:
+        labels = _order([" ".join(p) for p in pts]) if len(keys) == 1 else [" ".join(p) for p in pts]
+        by_label = {" ".join(p): v for p, v in pts.items()}
+        xs = list(range(len(labels)))
+        vals = [by_label[lab] for lab in labels]
+        means = [statistics.fmean(v) for v in vals]
+        ax.fill_between(xs, [min(v) for v in vals], [max(v) for v in vals], alpha=0.25, label="min-max over seeds")
+        ax.plot(xs, means, marker="o", label="mean over seeds")
+        for x, v in zip(xs, vals):
+            ax.scatter([x] * len(v), v, s=12, color="k", zorder=3)
+        ax.set_xticks(xs, labels or [])
+        ax.set(xlabel=" ".join(keys) or "(seeds only)", ylabel="eval/score", title=title)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# -- the note --------------------------------------------------------------------------------------
+
+COMPACT = ("#", "method", "settings", "Avg", "Δ Avg vs baseline [95% CI]", "n")
+
+
+def compact(table_md: str, tasks: list[str]) -> str:
+    """The report's table cut to what the run's overview has room for: the row, its settings, each
+    task, the average, the delta to its baseline and the seeds (the same cells, fewer columns)."""
+    from deepen_run.data.glue import TASKS
+
+    keep = set(COMPACT) | {TASKS[t].folder for t in tasks}
+    lines = table_md.splitlines()
+    rows = list(itertools.takewhile(lambda ln: ln.startswith("|"), lines))  # the first table (the rows)
+    cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in rows]
+    idx = [i for i, h in enumerate(cells[0]) if h in keep]
+    out = ["| " + " | ".join(r[i] for i in idx) + " |" for r in cells]
+    out[1] = "|" + "---|" * len(idx)
+    return "\n".join(out)
+
+
+def note(info: dict, children: list[dict], table_md: Optional[str], state: str, tasks: list[str] = ()) -> str:
+    """The run note: a compact table first (the overview shows the note's first lines until "Show
+    more"), then the report's whole table with its footnotes."""
+    n = info.get("n_jobs") or "?"
+    done = sum(r["status"] == "FINISHED" for r in children)
+    failed = sum(r["status"] in ("FAILED", "KILLED") for r in children)
+    lines = [f"**Sweep {info['sweep_id']}** ({state}): {done} of {n} jobs finished, {failed} failed or killed.", ""]
+    if table_md:
+        lines += [compact(table_md, list(tasks)), "", "The whole table:", "", table_md, "",
+                  f"The same table: `deepen-report --sweep-id {info['sweep_id']}`. "
+                  f"eval/score against the swept keys: artifact `{FIGURE}`."]
+    else:
+        lines.append("No finished job yet: the results table appears here as jobs finish.")
+    return "\n".join(lines + ["", f"Command: `deepen-run -m {info['params'].get('sweep.overrides', '')}`"])
+
+
+def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
+    """Rebuild the note and the figure from the store; returns the report table (None without rows)."""
+    from deepen_run.report import main as report
+    from deepen_run.tracking.store import find_runs
+
+    runs = find_runs(info["uri"], info["experiment"], {"sweep_id": info["sweep_id"]})
+    children = [r for r in runs if r["tags"].get("sweep_role") == "child"]
+    table = report.build([r for r in children if r["status"] == "FINISHED"])
+    md = report.to_markdown(table) if table["rows"] else None
+    tracker.set_tags({NOTE: note(info, children, md, state, table["tasks"])})
+    if any(r["status"] == "FINISHED" for r in children):
+        tracker.log_figure(figure(children, info["params"]), FIGURE)
+    return table if table["rows"] else None
+
+
+def _watch(info: dict, tracker, stop: threading.Event, ended) -> None:
+    seen = -1
+    while not stop.wait(1.0):
+        try:
+            now = ended()
+            if now != seen:
+                seen = now
+                update(info, tracker)
+        except Exception as e:  # noqa: BLE001 (the note is a view; the sweep must go on without it)
+            print(f"deepen-run: warning: the sweep's run note was not updated: {first_line(e)}", file=sys.stderr)
+
+
+class Live:
+    """The launching process's note thread: refreshes the note whenever the count of ended jobs
+    (ended(), the launcher's count) changes."""
+
+    def __init__(self, info: dict, tracker, ended):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=_watch, args=(info, tracker, self.stop, ended), daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def start(info: dict, tracker, ended) -> Live:
+    """At the sweep's start: the swept keys as columns, an empty note, the thread that fills it."""
+    from deepen_run.tracking import ui
+
+    try:
+        ui.apply(tracker.client, tracker.experiment_id, (), info["parent_run_id"], columns(info["params"]))
+        tracker.set_tags({NOTE: note(info, [], None, "running")})
+    except Exception as e:  # noqa: BLE001
+        print(f"deepen-run: warning: the sweep's run note was not set: {first_line(e)}", file=sys.stderr)
+    return Live(info, tracker, ended)
+
+
+def finish(info: dict, tracker, status: str, show_table: bool, live: Optional[Live] = None) -> None:
+    """At the sweep's end (its parent closed): the final note, figure and table, then the links."""
+    if live is not None:
+        live.close()
+    from deepen_run.report import main as report
+
+    try:
+        table = update(info, tracker, status)
+        if table is not None:
+            tracker.log_text(report.to_markdown(table), "report/results.md")
+            tracker.log_text(report.to_csv(table), "report/results.csv")
+            if show_table:
+                print(report.to_markdown(table), flush=True)
+        print(links(info, tracker), flush=True)
+    except Exception as e:  # noqa: BLE001 (the sweep itself is recorded; a report bug must not hide that)
+        print(f"deepen-run: warning: the sweep's report failed: {first_line(e)}", file=sys.stderr)
+
+
+def compare_url(base: str, experiment_id: str, run_ids: list[str]) -> str:
+    runs, exps = (quote(json.dumps(v, separators=(",", ":"))) for v in (run_ids, [experiment_id]))
+    return f"{base}/#/compare-runs?runs={runs}&experiments={exps}&workflowType=machine_learning"
+
+
+def links(info: dict, tracker) -> str:
+    from deepen_run.tracking import ui
+    from deepen_run.run.summary import ui_hint
+    from deepen_run.tracking.store import find_runs
+
+    base, how = ui_hint(info["uri"])
+    runs = find_runs(info["uri"], info["experiment"], {"sweep_id": info["sweep_id"], "sweep_role": "child"})
+    exp = tracker.experiment_id
+    return "\n".join([
+        f"  compare the children  {compare_url(base, exp, [r['run_id'] for r in runs])}  ({how})",
+        f"  the sweep's parent    {ui.run_url(base, exp, info['parent_run_id'])}",
+        f"  the table again       deepen-report --sweep-id {info['sweep_id']}"])

@@ -1,0 +1,290 @@
+"""MLflow, behind one small class: the only module that imports mlflow.
+
+The default store is a SQLite file under outputs/; artifacts go beside it in outputs/mlartifacts
+(absolute paths, so runs started from any directory land in one place and `make ui` shows them).
+Off the main process every call is a no-op, so only rank 0 writes.
+"""
+from __future__ import annotations
+
+import functools
+import io
+import logging
+import subprocess
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Optional
+
+import mlflow
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from deepen_run.errors import UserError
+from deepen_run.util import first_line, sqlite_path
+
+STATUS = ("FINISHED", "FAILED", "KILLED")
+
+
+class TrackingLost(UserError):
+    """The store stopped taking writes mid-run (database deleted or made read-only, server gone)."""
+
+    exit_code = 1
+
+
+def _recorded(method):
+    """A write to the store that fails becomes one TrackingLost line instead of MLflow's tracebacks."""
+    @functools.wraps(method)
+    def write(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except TrackingLost:
+            raise
+        except Exception as e:  # noqa: BLE001 (sqlite, HTTP and artifact errors alike: the record is lost)
+            root = e
+            while root.__cause__ is not None:  # sqlite3's "attempt to write a readonly database", not the wrappers
+                root = root.__cause__
+            raise TrackingLost(f"the MLflow store {self.uri} failed mid-run ({first_line(root, 300)}); fix or restore "
+                               "it, then continue the run with resume=auto") from e
+    return write
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _artifact_root(uri: str) -> Optional[str]:
+    """For a local SQLite store, artifacts live in mlartifacts/ next to the database file."""
+    db = sqlite_path(uri)
+    return (db.parent / "mlartifacts").resolve().as_uri() if db else None
+
+
+def prepare_store(uri: str) -> None:
+    db = sqlite_path(uri)
+    if db:
+        db.parent.mkdir(parents=True, exist_ok=True)
+
+
+def has_schema(db: Path) -> bool:
+    """The file is a SQLite database MLflow has already set up (its alembic version table exists).
+    A read-only look with the standard library (create_schema_once holds the lock around it)."""
+    import sqlite3
+
+    if not db.is_file():
+        return False
+    try:
+        with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=20)) as con:
+            return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='alembic_version'"
+                               ).fetchone() is not None
+    except sqlite3.Error:
+        return False  # not a database (yet): let MLflow create it, or say what is wrong
+
+
+def create_schema_once(uri: str) -> None:
+    """Create (or check) a SQLite store's schema under a file lock, once per database file.
+
+    Several processes opening a fresh database at the same moment each run MLflow's alembic
+    migrations and fail ("duplicate column", "table _alembic_tmp_params already exists"); the
+    lock makes the first one create the schema while the others wait. Later writes from
+    parallel jobs are safe on their own: MLflow sets SQLite's busy_timeout (20 s) on every session.
+    A store that already has its schema gets no MLflow probe (seconds), only the lock (a syscall)
+    and a read-only sqlite3 look (milliseconds); the look needs the lock, since alembic writes its
+    version table at the first of its many migration steps. MLflow's client still checks the schema
+    version when it opens the store.
+    """
+    db = sqlite_path(uri)
+    if db is None:
+        return
+    import fcntl
+
+    with open(f"{db}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not has_schema(db):
+                MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def get_experiment_id(client: MlflowClient, uri: str, name: str) -> str:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    root = _artifact_root(uri)
+    try:
+        from deepen_run.tracking.ui import KIND  # the classic runs table, not MLflow 3's GenAI view
+
+        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None,
+                                        tags=dict([KIND]))
+    except mlflow.exceptions.MlflowException:
+        # Another process of the same sweep created it first.
+        return client.get_experiment_by_name(name).experiment_id
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+class Tracker:
+    def __init__(self, uri: str, experiment: str, enabled: bool = True):
+        self.uri, self.experiment, self.enabled = uri, experiment, enabled
+        self.run_id: Optional[str] = None
+        self.logged: dict[str, set[int]] = {}  # (metric, step) pairs a resumed run already has
+        self.params_logged: set[str] = set()  # params are write-once: a resume logs only new keys
+        if enabled:
+            # Its ERROR logs print whole tracebacks for what _recorded reports as one line.
+            logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+            prepare_store(uri)
+            create_schema_once(uri)  # before MlflowClient(), which opens (and migrates) the store
+            self.client = MlflowClient(tracking_uri=uri)
+
+    def check(self) -> None:
+        """Reach the store now: better to fail at start than after an hour of training.
+
+        MLflow retries an unreachable server for minutes (7 retries, exponential backoff, 120 s
+        timeouts); a server is first asked for its /health once, with a 10 s timeout and no retry
+        (a refused connection fails at once), so MLflow's own calls keep their retries for a blip
+        mid-run, and nothing of the process's settings (os.environ) changes.
+        """
+        if not self.enabled:
+            return
+        try:
+            if self.uri.startswith(("http://", "https://")):
+                from urllib.request import urlopen
+
+                urlopen(f"{self.uri.rstrip('/')}/health", timeout=10).close()
+            self.experiment_id = get_experiment_id(self.client, self.uri, self.experiment)
+        except Exception as e:  # noqa: BLE001 (any failure here means: no store)
+            first = first_line(e, 200)
+            raise UserError(f"tracking.uri={self.uri} is not reachable ({first}); start the server "
+                            "or use the default local store") from e
+
+    def start(self, run_name: str, tags: dict[str, str], run_id: Optional[str] = None) -> str:
+        if not self.enabled:
+            return ""
+        if not hasattr(self, "experiment_id"):
+            self.check()
+        if run_id:
+            # Tags first: pid/host/command name this process before the run is RUNNING again, so a
+            # concurrent run's orphan reaping never sees the dead process of the last attempt.
+            self.run_id = run_id
+            self.set_tags(tags)
+            self.client.update_run(run_id, status="RUNNING")
+        else:
+            self.run_id = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags).info.run_id
+        return self.run_id
+
+    def resume(self) -> None:
+        """Continuing a killed run: remember every (metric, step) it has, so none is logged twice
+        (MLflow keeps each logged value as history), and drop the last attempt's end-of-run tags."""
+        if not self.enabled:
+            return
+        run = self.client.get_run(self.run_id)
+        self.logged = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in run.data.metrics}
+        self.params_logged = set(run.data.params)
+        for tag in ("error", "interrupted", "resume_error", "sweep_failed"):
+            if tag in run.data.tags:
+                self.client.delete_tag(self.run_id, tag)
+
+    def status(self, run_id: str) -> str:
+        return self.client.get_run(run_id).info.status if self.enabled else ""
+
+    def attach(self, run_id: str) -> "Tracker":
+        """Write to an existing run (a sweep's parent) without touching its status."""
+        self.run_id = run_id
+        return self
+
+    @_recorded
+    def log_params(self, params: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        # MlflowClient.log_batch splits into the server's batch limits (100 params, 1000 metrics) itself.
+        items = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in self.params_logged]
+        if items:
+            self.client.log_batch(self.run_id, params=items)
+
+    @_recorded
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        if not self.enabled or not metrics:
+            return
+        import time
+
+        ts = int(time.time() * 1000)
+        items = [Metric(k, float(v), ts, step) for k, v in metrics.items() if step not in self.logged.get(k, ())]
+        if items:
+            self.client.log_batch(self.run_id, metrics=items)
+
+    @_recorded
+    def set_tags(self, tags: dict[str, str]) -> None:
+        if self.enabled:
+            for k, v in tags.items():
+                self.client.set_tag(self.run_id, k, str(v)[:5000])
+
+    @_recorded
+    def log_text(self, text: str, path: str) -> None:
+        if self.enabled:
+            self.client.log_text(self.run_id, text, path)
+
+    @_recorded
+    def log_dict(self, d: dict, path: str) -> None:
+        if self.enabled:
+            self.client.log_dict(self.run_id, d, path)
+
+    @_recorded
+    def log_figure(self, fig, path: str) -> None:
+        if self.enabled:
+            self.client.log_figure(self.run_id, fig, path)
+
+    @_recorded
+    def log_file(self, local: str, folder: Optional[str] = None) -> None:
+        if self.enabled:
+            self.client.log_artifact(self.run_id, local, folder)
+
+    def log_csv(self, rows: list[dict], path: str) -> None:
+        if not self.enabled or not rows:
+            return
+        import csv
+
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+        self.log_text(buf.getvalue(), path)
+
+    @_recorded
+    def end(self, status: str = "FINISHED") -> None:
+        if self.enabled and self.run_id:
+            self.client.set_terminated(self.run_id, status=status)
+
+
+def _quote(v: str) -> str:
+    return "'" + str(v).replace("'", "\\'") + "'"
+
+
+def find_runs(uri: str, experiment: str, tags: Optional[dict[str, str]] = None,
+              status: Optional[str] = None) -> list[dict[str, Any]]:
+    """Runs of an experiment whose tags equal `tags`, as plain dicts (run_id, name, status,
+    tags, params, metrics), oldest first. The report and the sweep read MLflow only through this."""
+    db = sqlite_path(uri)
+    if db and not db.is_file():
+        raise UserError(f"no MLflow database at {uri}; pass the tracking URI the runs were logged to")
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise UserError(f"no experiment {experiment!r} in {uri}; pass the experiment the runs were logged to")
+    clauses = [f"tags.`{k}` = {_quote(v)}" for k, v in (tags or {}).items()]
+    if status:
+        clauses.append(f"attributes.status = {_quote(status)}")
+    runs = client.search_runs([exp.experiment_id], " and ".join(clauses), max_results=50000,
+                              order_by=["attributes.start_time ASC"])
+    return [{"run_id": r.info.run_id, "name": r.info.run_name, "status": r.info.status, "tags": r.data.tags,
+             "params": r.data.params, "metrics": r.data.metrics} for r in runs]
