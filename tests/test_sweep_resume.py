@@ -68,6 +68,11 @@ def resume_and_check(tmp_path, args, finished_before):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client, runs = runs_of(uri)
     (parent_before,), children_before = split(runs)
+    # What FINISHED by the time the sweep stopped: the jobs seen FINISHED before the signal, plus any
+    # that completed its tail while the signal landed (a race the sweep handles; the test must too).
+    done_now = {int(c.data.tags["sweep_job"]) for c in children_before if c.info.status == "FINISHED"}
+    assert finished_before <= done_now
+    finished_before = done_now
     kept = {int(c.data.tags["sweep_job"]): (c.info.run_id, history(client, c)) for c in children_before
             if int(c.data.tags["sweep_job"]) in finished_before}
     others = {int(c.data.tags["sweep_job"]): c.info.run_id for c in children_before
