@@ -14,7 +14,7 @@ from deepen_run.model import steps as backbone_steps
 from deepen_run.run import summary
 from deepen_run.run.context import Run
 from deepen_run.run.fast import make_accelerator
-from deepen_run.run.lifecycle import provenance, reap_orphans
+from deepen_run.run.lifecycle import guard, provenance, reap_orphans
 from deepen_run.methods import METHODS
 from deepen_run.model.heads import new_parameters, param_report
 from deepen_run.run.preflight import check  # noqa: F401 (the pre-flight, also for callers of runner)
@@ -60,15 +60,20 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
 
     before = tracker.status(run_id) if run_id else ""
     where = {"run_dir": str(home)} if home is not None else {}  # what the orphan reaper checks for checkpoints
-    tracker.start(run_name(cfg) + ("-dry" if cfg.dry_run else ""), tags_for(cfg) | provenance() | where | (tags or {}),
-                  run_id=run_id)
-    ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
-    if not run_id:
-        save_run_config(home, cfg)
-        save_fingerprint(home, cfg, tasks)
+    signals = guard()
+    # A signal while the run is being created waits until the try below, where it ends the run KILLED:
+    # raised in between, it would leave the run RUNNING under a live process (a sweep worker idles on).
+    with signals.deferred():
+        tracker.start(run_name(cfg) + ("-dry" if cfg.dry_run else ""),
+                      tags_for(cfg) | provenance() | where | (tags or {}), run_id=run_id)
+        ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
+        if not run_id:
+            save_run_config(home, cfg)
+            save_fingerprint(home, cfg, tasks)
     status = "FAILED"
     restored = not run_id  # a resume that fails before its checkpoint is back keeps its status
     try:
+        signals.raise_pending()
         if run_id:  # a resume: same run, RUNNING again; nothing it already logged is logged twice
             tracker.resume()
         public = public_config(cfg)

@@ -59,17 +59,22 @@ class Launch:
         jobs = self.dir / JOBS_DIR
         (jobs / STOP_FILE).write_text(f"{signal.Signals(signum).name}\n")
         running = self._running()
-        for pid in set(running.values()):
-            try:
-                os.kill(pid, signum)  # a job ignores this copy if its process group already got one
-            except ProcessLookupError:
-                pass
         if running:
             print(f"[sweep {self.info['sweep_id']}] stopping: {len(running)} running job(s) save a checkpoint "
                   f"and end KILLED (a second {signal.Signals(signum).name} stops at once)", file=sys.stderr, flush=True)
+        told: set[int] = set()
         deadline = time.time() + GRACE_S
-        while self._running() and time.time() < deadline:
+        while running and time.time() < deadline:
+            # Each job's process gets the signal once, a job that started as the stop landed (past its
+            # stop-file check) too; a job ignores this copy if its process group already got one.
+            for pid in set(running.values()) - told:
+                told.add(pid)
+                try:
+                    os.kill(pid, signum)
+                except ProcessLookupError:
+                    pass
             time.sleep(0.2)
+            running = self._running()
         self.close(interrupted=True)
         raise SystemExit(128 + signum)
 
