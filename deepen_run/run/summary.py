@@ -19,7 +19,7 @@ def ui_hint(uri: str) -> tuple[str, str]:
     if uri.startswith("http://") or uri.startswith("https://"):
         return uri.rstrip("/"), "the tracking server"
     if uri == DEFAULT_STORE:
-        return ui.DEFAULT_UI, "make ui"
+        return ui.MAKE_UI, "make ui"  # the spelling make ui serves without the Assistant over the table
     return ui.DEFAULT_UI, f"mlflow ui --backend-store-uri {uri}"
 
 

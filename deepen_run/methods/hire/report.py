@@ -12,6 +12,8 @@ is marked: 3' (CSV column layer_3', metric layer_3_copy1), a second copy 3'' (la
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 from tqdm.auto import tqdm
 
@@ -75,7 +77,8 @@ def record(model, ctx) -> None:
     cols = model.layer_labels
     names = [f"layer_{c}" for c in cols]  # CSV columns; metrics use the quote-free model.layer_names
     means, example_rows = {}, []
-    for spec in tqdm(ctx.tasks, desc="HIRE report", leave=False, dynamic_ncols=True):
+    # A bar only at a terminal: in a log file its redraws are noise (deepen_run/run/progress.py).
+    for spec in tqdm(ctx.tasks, desc="HIRE report", leave=False, dynamic_ncols=True, disable=not sys.stderr.isatty()):
         mean, texts, labels, alphas = collect(ctx.evaluation, ctx, spec.name, sample)
         means[spec.name] = mean
         for k, (text, label, a) in enumerate(zip(texts, labels, alphas)):
