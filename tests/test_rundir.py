@@ -86,9 +86,9 @@ def test_a_second_process_refused_by_the_lock_writes_nothing(tmp_path, glue_dir)
         r = cli("backbone=tiny", "task=rte", f"hydra.run.dir={run}", "seed=7")
         assert r.returncode == 2 and "in use by another run" in r.stderr, r.stderr
         assert {k: v for k, v in snapshot(run).items() if k.startswith(".hydra") or k.endswith(".log")} == before
-    finally:
+    finally:  # cleanup only (how a run ends on a signal is tested in test_resume and test_faults)
+        first.kill()
         os.kill(first.pid, signal.SIGCONT)
-        first.send_signal(signal.SIGTERM)
         first.wait(timeout=HANG)
 
 
