@@ -109,8 +109,13 @@ class SignalGuard:
 
 def guard() -> SignalGuard:
     """The guard installed for this process's run, or an inert one (tests, threads, no run)."""
-    owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
-    return owner if isinstance(owner, SignalGuard) else SignalGuard()
+    # Any of the signals: a library may replace one handler (seen: SIGTERM during a run under load),
+    # and the guard holding a pending signal must still be found.
+    for sig in SIGNALS:
+        owner = getattr(signal.getsignal(sig), "__self__", None)
+        if isinstance(owner, SignalGuard):
+            return owner
+    return SignalGuard()
 
 
 def provenance() -> dict[str, str]:
