@@ -157,7 +157,9 @@ def test_sigkilled_launcher_alone_stops_its_workers(tmp_path, glue_dir):
     sweep = tmp_path / "sweep"
     proc = start("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3", *LONG,
                  f"data.glue_dir={glue_dir}", f"hydra.sweep.dir={sweep}", f"tracking.uri=sqlite:///{tmp_path}/m.db")
-    wait_for(proc, lambda: list(sweep.glob("*/checkpoints/step-*/trainer_state.json")))
+    # Both running jobs past their first checkpoint (a job still loading when its launcher dies ends
+    # KILLED with nothing to save, truthfully; under load one job can start training much later).
+    wait_for(proc, lambda: len({p.parents[2] for p in sweep.glob("*/checkpoints/step-*/trainer_state.json")}) == 2)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=HANG)
     group = proc.pid  # start_new_session: the launcher's pid is its process group
