@@ -44,7 +44,14 @@ def test_a_failed_attempt_in_a_run_dir_of_ours_removes_only_what_it_made(tmp_pat
     (run / "notes.txt").write_text("looked good\n")
     before = snapshot(run)
     r = cli("backbone=tiny", f"hydra.run.dir={run}", "train.learning_rate=0")
-    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr  # the dir's own run, or the lr
+    # The dir's FINISHED run is named before Hydra writes anything: its .hydra/ is that run's record.
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "holds the FINISHED run" in r.stderr, r.stderr
+    assert snapshot(run) == before
+    (run / "run.json").unlink()
+    (run / "run_config.yaml").write_text("seed: 1\n")  # a run of ours that never reached MLflow
+    before = snapshot(run)
+    r = cli("backbone=tiny", f"hydra.run.dir={run}", "train.learning_rate=0")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "learning_rate" in r.stderr, r.stderr
     after = snapshot(run)
     assert {k: v for k, v in after.items() if not k.startswith(".hydra") and not k.endswith(".log")} == \
         {k: v for k, v in before.items() if not k.startswith(".hydra")}

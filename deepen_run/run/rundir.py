@@ -7,8 +7,9 @@ anything into a run or sweep dir, and after a failed attempt:
   sweep record) is refused with one line naming it. We refuse rather than write beside the user's
   files: Hydra itself rewrites `.hydra/` and the log in its run dir, and a run adds checkpoints/,
   run.json and more; none of that belongs in a folder of someone's work.
-- A run dir held by a live run (the run-dir lock) is refused before Hydra rewrites its `.hydra/`
-  and log: the refused process writes nothing there.
+- A run dir held by a live run (the run-dir lock), or one that holds a FINISHED run or an unfinished
+  one with checkpoints (without resume), is refused before Hydra rewrites its `.hydra/` and log:
+  the refused process writes nothing there.
 - A pre-flight error (a UserError before the MLflow run exists) removes what this attempt created,
   then ends the process with the error's one line (before Hydra adds a line of its own),
   judged by a listing taken before Hydra made anything: a dir it created goes whole (and any parent
@@ -96,6 +97,14 @@ class RunDirGuard(Callback):
 
         if in_use(folder):
             fail(str(DirInUse.for_dir(folder)), 2)
+        from deepen_run.errors import UserError
+        from deepen_run.run.resume import check_free, wanted
+
+        if wanted(OmegaConf.select(config, "resume")) is None:
+            try:  # a new run in another run's dir: refused before Hydra rewrites that run's .hydra/ and log
+                check_free(folder)
+            except UserError as e:
+                fail_with(e)
         self.listing = Listing(folder)
 
     def on_run_end(self, config, job_return=None, **kwargs: Any) -> None:
