@@ -67,8 +67,10 @@ study-ablations: install
 # Run folders (logs, kept checkpoints) and the tokenization cache; the MLflow store
 # (outputs/mlflow.db, outputs/mlartifacts) is kept: `make clean-all` removes it too, and the study's
 # and bench's outputs. Only what deepen-run wrote goes: a folder holding anything else is kept and named.
-clean: install
-	$(BIN)/python -m deepen_run.run.rundir outputs
+# The standard library only: no install first (the venv's python if there is one).
+CLEAN_PY = $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
+clean:
+	PYTHONPATH=. $(CLEAN_PY) -m deepen_run.run.clean outputs
 
-clean-all: install
-	$(BIN)/python -m deepen_run.run.rundir outputs --store
+clean-all:
+	PYTHONPATH=. $(CLEAN_PY) -m deepen_run.run.clean outputs --store

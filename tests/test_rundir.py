@@ -101,7 +101,7 @@ def test_a_second_process_refused_by_the_lock_writes_nothing(tmp_path, glue_dir)
 
 @pytest.mark.parametrize("store", [False, True])
 def test_make_clean_removes_only_what_deepen_run_wrote(tmp_path, store):
-    from deepen_run.run.rundir import clean
+    from deepen_run.run.clean import clean
 
     out = tmp_path / "outputs"
     files = {"runs/d/t1/.hydra/config.yaml": "a", "runs/d/t1/cli.log": "", "runs/d/t1/run.json": "{}",
@@ -118,3 +118,20 @@ def test_make_clean_removes_only_what_deepen_run_wrote(tmp_path, store):
     left = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
     assert left == {"runs/d/mine/paper.tex", "runs/d/t2/run.json", "runs/d/t2/notes.txt", "cache/notes.txt",
                     "my-results.csv"} | (set() if store else {"mlflow.db", "mlartifacts/1/x"})
+
+
+def test_make_clean_needs_no_virtualenv(tmp_path):
+    """`make clean` on a clone without .venv: the cleaner is the standard library alone (python -S -I:
+    no site-packages, so neither hydra nor torch can be imported)."""
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "outputs"
+    (out / "runs/d/t1/.hydra").mkdir(parents=True)
+    (out / "runs/d/t1/run.json").write_text("{}")
+    (out / "runs/d/t2").mkdir(parents=True)
+    (out / "runs/d/t2/thesis.tex").write_text("x")
+    code = f"import sys; sys.path.insert(0, {str(root)!r}); import runpy; sys.argv = ['clean', {str(out)!r}]; " \
+           "runpy.run_module('deepen_run.run.clean', run_name='__main__')"
+    r = subprocess.run([sys.executable, "-S", "-I", "-c", code], capture_output=True, text=True, timeout=HANG)
+    assert r.returncode == 0, r.stderr
+    assert not (out / "runs/d/t1").exists() and (out / "runs/d/t2/thesis.tex").is_file()
+    assert "kept" in r.stdout and "t2" in r.stdout
