@@ -5,7 +5,9 @@ Light on purpose (standard library only): the CLI uses them before anything heav
 """
 from __future__ import annotations
 
+import os
 import socket
+import time
 from pathlib import Path
 from typing import Optional
 from urllib.parse import urlparse
@@ -41,3 +43,12 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return True
     except OSError:
         return False
+
+
+def phase(name: str) -> None:
+    """Where a run's wall time goes, for `make bench` (scripts/bench_phases.py): with DEEPEN_PHASES=<file>
+    set, append `<name> <unix time>`; otherwise nothing. About ten marks a run, none inside the loop."""
+    path = os.environ.get("DEEPEN_PHASES")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{name} {time.time():.6f}\n")

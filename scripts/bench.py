@@ -9,7 +9,8 @@ learning rate and schedule. Prints Markdown tables and writes outputs/bench/benc
 2. step time of every registered method (hire, pals, duplicate with k = 1, 2, 4 layers) vs baseline;
 3. step time vs sequence length (32, 64, 128, 256);
 4. whole processes (scripts/bench_startup.py): a dry run and a rejected override as ratios to
-   `python -c "import torch"`, and a 60-step HIRE run as a ratio to the same baseline run.
+   `python -c "import torch"`, and a 60-step HIRE run as a ratio to the same baseline run;
+5. the whole 150-step SST-2 process against the Trainer's, phase by phase (scripts/bench_phases.py).
 Contenders take turns in chunks of steps (scripts/bench_race.py) and reports are medians over
 chunks, so a noisy shared machine yields fair ratios (absolute numbers move with the load).
 
@@ -38,6 +39,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 import bench_contenders as bc  # noqa: E402
 import bench_report  # noqa: E402
+import bench_phases  # noqa: E402
 import bench_startup  # noqa: E402
 from bench_race import Baton, Lap, Memory, median, run_threads, sync  # noqa: E402
 from deepen_run.model import backbone as bb  # noqa: E402
@@ -76,6 +78,9 @@ def parse(argv=None):
     p.add_argument("--startup-rounds", type=int, default=3, help="interleaved start-up rounds after a warm-up")
     p.add_argument("--whole-rounds", type=int, default=2,
                    help="interleaved rounds of the whole 60-step hire/baseline runs (0: skip them)")
+    p.add_argument("--versus-rounds", type=int, default=3,
+                   help="interleaved pairs of whole processes, deepen-run vs the Trainer, phase by phase (0: skip)")
+    p.add_argument("--versus-steps", type=int, default=150, help="training steps of those whole processes")
     p.add_argument("--methods-only", action="store_true", help="only the method step-time table")
     p.add_argument("--method-batches", choices=("sst2", "full"), default="sst2",
                    help="method table batches: real examples, dynamically padded (sst2) or every token real (full)")
@@ -83,7 +88,7 @@ def parse(argv=None):
     a = p.parse_args(argv)
     if a.quick:
         a.steps, a.chunk, a.method_steps, a.rounds, a.lengths, a.max_eval = 8, 4, 1, 2, [32, 64], a.max_eval or 128
-        a.startup_rounds, a.whole_rounds = 1, 0
+        a.startup_rounds, a.whole_rounds, a.versus_rounds, a.versus_steps = 1, 0, 1, 3
     if a.startup_only and a.methods_only:
         p.error("--startup-only and --methods-only exclude each other")
     if a.steps % a.chunk or a.steps // a.chunk < 2:
@@ -224,6 +229,8 @@ def main(argv=None) -> dict:
     if not a.methods_only:  # first, before this process's threads load the machine
         print("bench: start-up rounds", flush=True)
         report["startup"] = bench_startup.measure(a.startup_rounds, a.whole_rounds)
+        if a.versus_rounds:
+            report["versus"] = bench_phases.measure(a.versus_rounds, a.versus_steps)
     if not a.startup_only:
         training(a, report)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

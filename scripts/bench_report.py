@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 import transformers
 
+import bench_phases
 import bench_startup
 
 # The issue's acceptance targets (issue 7).
@@ -26,6 +27,10 @@ def environment(device, load0, wall_s: float) -> dict:
 def targets(r: dict) -> list[dict]:
     """The rows of whatever sections ran (--startup-only / --methods-only run one)."""
     out = bench_startup.targets(r["startup"]) if "startup" in r else []
+    if "versus" in r:
+        x = r["versus"]["x_trainer"]
+        out.append({"target": f"whole {r['versus']['steps']}-step SST-2 process: Trainer s / deepen-run s",
+                    "measured": x, "wanted": ">= 1.0", "met": x >= 1.0})
     rows = race_targets(r["race"]) if "race" in r else []
     for name, limit in METHOD_LIMITS.items() if "methods" in r else ():
         m = r["methods"].get(name)
@@ -85,6 +90,8 @@ def markdown(r: dict) -> str:
                 "gradients, optimizer state, activations, batches."]
     if "startup" in r:
         out += ["", bench_startup.markdown(r["startup"])]
+    if "versus" in r:
+        out += ["", bench_phases.markdown(r["versus"])]
     out += [f"torch {env['torch']}, transformers {env['transformers']}, load average {env['loadavg_start'][0]:.1f} "
             f"-> {env['loadavg_end'][0]:.1f}, bench wall time {env['wall_s']:.0f} s."]
     return "\n".join(out) + "\n"

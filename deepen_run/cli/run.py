@@ -27,7 +27,7 @@ import hydra  # noqa: E402
 
 from deepen_run.config.schema import ROOT, register  # noqa: E402
 from deepen_run.errors import UserError, fail, fail_with  # noqa: E402
-from deepen_run.util import one_line  # noqa: E402
+from deepen_run.util import one_line, phase  # noqa: E402
 
 register()
 
@@ -65,6 +65,7 @@ def _task(cfg) -> float:
     from deepen_run.run.runlog import copied_to_log
     from deepen_run.sweep.jobs import current_job
 
+    phase("composed")
     job = current_job()
     with copied_to_log():  # the run dir's log holds what the run printed
         if job is not None:
@@ -118,6 +119,7 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
     holding = run_dir_lock(folder) if folder is not None and os.environ.get("RANK", "0") == "0" else nullcontext()
     with holding:
         tasks = check(cfg)
+        phase("checked")
         if home is not None:
             same_data(home, cfg, tasks)  # a resumed run trains on the data it started with
         # This run's guard, given back after it (a sweep worker runs many); a sweep job installed its own.
@@ -138,6 +140,7 @@ def main() -> None:
     if wants_help(sys.argv):  # our own page (every key, from the schema) instead of Hydra's generic one
         print(run_help())
         return
+    phase("main")
     sys.argv = quiet_other_ranks(sys.argv)
     os.environ["HYDRA_FULL_ERROR"] = "1"  # raise composition errors to us instead of printing them
     from hydra.errors import HydraException

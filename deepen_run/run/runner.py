@@ -22,7 +22,7 @@ from deepen_run.config.redact import public_config
 from deepen_run.run.resume import current_dir, save_run_config
 from deepen_run.data.fingerprint import save_fingerprint
 from deepen_run.tracking.store import Tracker, TrackingLost, flatten
-from deepen_run.util import first_line
+from deepen_run.util import first_line, phase
 
 
 def run_name(cfg) -> str:
@@ -49,6 +49,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     if "sweep_id" not in (tags or {}):  # a sweep's launcher looks for dead runs once, for all its jobs
         reap_orphans(tracker, note=ck.orphan_note)
     run_id = ck.read_run_file(resume_home).get("run_id") if resume_home else None
+    phase("store")
     set_seed(cfg.seed)
     method = METHODS[cfg.method.name]
 
@@ -57,6 +58,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     new_params = new_parameters(model, loaded, added)
     sizes = param_report(model, sum(p.numel() for p in loaded), sum(p.numel() for p in (*added.copied, *added.new)))
     sizes["model/num_layers"] = getattr(model.backbone.config, "num_hidden_layers", 0)
+    phase("model")
 
     before = tracker.status(run_id) if run_id else ""
     where = {"run_dir": str(home)} if home is not None else {}  # what the orphan reaper checks for checkpoints
@@ -82,6 +84,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         tracker.log_metrics(sizes, 0)
         tracker.set_tags({"num_processes": str(accelerator.num_processes)})
         accelerator.print(size_summary(sizes))
+        phase("started")
         if cfg.dry_run:
             status = "FINISHED"
             return float("nan")
@@ -89,6 +92,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
 
         recipe = train.setup(cfg, Run(tasks, model, method, new_params, accelerator, tracker, home, resume_home))
         restored = True
+        phase("data")
         score = train.fit(recipe)
         status = "FINISHED"
         return score
@@ -114,6 +118,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
             ck.finish(home, status)
             if status == "FINISHED":
                 summary.show(tracker, home, status)
+        phase("ended")
 
 
 def size_summary(s: dict) -> str:

@@ -38,6 +38,7 @@ from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
 from deepen_run.run.progress import progress, quiet_libraries
 from deepen_run.data.sampling import TaskSampler, epoch_length
+from deepen_run.util import phase
 
 
 LONG_RUN_S = 3600  # a run the measured step rate puts past this gets a warning with ways to cut it
@@ -181,6 +182,7 @@ def fit(r: Recipe) -> float:
                 r.saver.step = done  # the state is now step `done`'s, whatever fails before on_step
                 bar.update(1)
                 if done == r.start + 1:
+                    phase("first_step")
                     t_timed = time.perf_counter()
                 elif done == r.start + 1 + TIMED_STEPS and acc.is_main_process:
                     warn = long_run_warning((time.perf_counter() - t_timed) / TIMED_STEPS, r.total - done)
@@ -196,6 +198,8 @@ def fit(r: Recipe) -> float:
                     running.zero_()
                     seen = 0
                 r.saver.on_step(done)  # a periodic checkpoint; a deferred signal stops the run here, saved
+                if done == r.total:
+                    phase("steps")
                 if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == r.total or \
                         (tcfg.eval_per_epoch and done % r.sampler.steps_per_epoch == 0):  # once per epoch, any length
                     last = evaluate_and_keep(r, done)
@@ -204,6 +208,7 @@ def fit(r: Recipe) -> float:
             if r.total > r.start:
                 tracker.log_metrics({"train/step_time_s": step_time / (r.total - r.start)}, r.total)
         final, ev = last or evaluate_and_keep(r, r.total)  # resumed from a checkpoint at the last step
+        phase("eval")
         tracker.log_metrics({"train/runtime_s": time.time() - t0}, r.total)
         # The tail (final record, predictions, after_train) may be stopped too: the checkpoint of the
         # last step saved on the way out lets resume=auto complete this same run.
@@ -213,6 +218,7 @@ def fit(r: Recipe) -> float:
             acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
         r.ctx.evaluation = ev
         hook(r.method, "after_train")(acc.unwrap_model(r.model), r.ctx)
+        phase("recorded")
     except (KeyboardInterrupt, TrackingLost):  # a signal, or the store gone: keep what resume=auto needs
         r.saver.on_interrupt()
         raise

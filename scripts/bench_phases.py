@@ -1,0 +1,112 @@
+"""Whole process against the Trainer's, phase by phase (`make bench`, part of bench_startup).
+
+The job: `deepen-run task=sst2 train.max_steps=150` and scripts/bench_trainer_job.py (the Trainer on
+the same data, settings and evaluation). Both are timed from the moment the process is launched to
+the moment it has exited, in pairs that alternate which goes first; each marks its phases
+(deepen_run.util.phase, DEEPEN_PHASES=<file>), so the table shows where the seconds go:
+
+  python + imports   launch -> main()               (the interpreter and the entry's module imports)
+  imports            -> libraries imported          (the Trainer's script; deepen-run imports lazily, below)
+  config             main() -> config composed      (Hydra; the Trainer has none)
+  checks             -> pre-flight done             (deepen-run: tasks, files, numbers; imports torch)
+  store              -> tracking store open         (deepen-run only: MLflow)
+  model              -> model built                 (weights loaded, method built)
+  run recorded       -> MLflow run started           (deepen-run: params, config, sizes)
+  data               -> data ready                  (tokenized, cached; loaders, optimizer)
+  first step         -> step 1 done
+  loop               -> the last step done
+  evaluation         -> the final evaluation done
+  records            -> final record written        (metrics, predictions, figures)
+  teardown           -> process exited               (run ended in the store, summary, interpreter exit)
+
+A warm-up pair first (1 step) builds both tokenization caches and loads the GLUE metric once. The
+ratio is Trainer seconds / deepen-run seconds per pair (>= 1.0: deepen-run at least as fast),
+median over pairs.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# (label, the mark that ends it); a process lacking a mark has the phase merged into the next one.
+PHASES = [("python + imports", "main"), ("imports", "imported"), ("config", "composed"), ("checks", "checked"), ("store", "store"),
+          ("model", "model"), ("run recorded", "started"), ("data", "data"), ("first step", "first_step"),
+          ("loop", "steps"), ("evaluation", "eval"), ("records", "recorded"), ("teardown", None)]
+
+
+def _commands(tmp: str, r: int, steps: int) -> dict[str, list[str]]:
+    exe = Path(sys.executable).with_name("deepen-run")
+    cli = [str(exe)] if exe.exists() else [sys.executable, "-m", "deepen_run.cli.run"]
+    return {"deepen-run": [*cli, "task=sst2", f"train.max_steps={steps}", f"hydra.run.dir={tmp}/run-{r}",
+                           f"tracking.uri=sqlite:///{tmp}/mlflow.db", f"data.cache_dir={tmp}/cache"],
+            "trainer": [sys.executable, str(HERE / "bench_trainer_job.py"), f"--steps={steps}"]}
+
+
+def timed_phases(argv: list[str], env: dict, marks: Path) -> dict:
+    marks.unlink(missing_ok=True)
+    t0 = time.time()
+    r = subprocess.run(argv, capture_output=True, text=True, env={**env, "DEEPEN_PHASES": str(marks)}, timeout=3600)
+    t1 = time.time()
+    if r.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(argv)} exited {r.returncode}:\n{r.stderr[-2000:]}")
+    seen = dict(line.split() for line in marks.read_text().splitlines()) if marks.exists() else {}
+    out, before = {}, t0
+    for label, mark in PHASES:
+        if mark is None:
+            out[label] = t1 - before
+        elif mark in seen:
+            out[label], before = float(seen[mark]) - before, float(seen[mark])
+    return {"wall_s": t1 - t0, "phases_s": out}
+
+
+def measure(rounds: int = 3, steps: int = 150) -> dict:
+    root = str(HERE.parent)
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    load0 = os.getloadavg()
+    runs = {"deepen-run": [], "trainer": []}
+    with tempfile.TemporaryDirectory(prefix="deepen-bench-whole-") as tmp:
+        marks = Path(tmp) / "marks.txt"
+        for n, argv in _commands(tmp, 0, 1).items():  # warm-up: caches, the metric script
+            print(f"bench: warm-up {n}", flush=True)
+            timed_phases(argv, env, marks)
+        for r in range(1, rounds + 1):
+            cmds = _commands(tmp, r, steps)
+            for n in (list(cmds) if r % 2 else list(cmds)[::-1]):
+                print(f"bench: pair {r}/{rounds}: {n}, {steps} steps", flush=True)
+                runs[n].append(timed_phases(cmds[n], env, marks))
+    ratios = [t["wall_s"] / d["wall_s"] for t, d in zip(runs["trainer"], runs["deepen-run"])]
+    return {"steps": steps, "rounds": rounds, "runs": runs, "x_trainer": statistics.median(ratios),
+            "ratios": ratios, "loadavg_start": load0, "loadavg_end": os.getloadavg()}
+
+
+def markdown(p: dict) -> str:
+    def med(n, label):
+        vals = [r["phases_s"][label] for r in p["runs"][n] if label in r["phases_s"]]
+        return f"{statistics.median(vals):.2f}" if vals else "-"
+
+    lines = [f"### Whole process vs the Trainer: SST-2, {p['steps']} steps x 32 (median of {p['rounds']} "
+             f"interleaved pairs; load average {p['loadavg_start'][0]:.1f} -> {p['loadavg_end'][0]:.1f})", "",
+             "| phase | deepen-run s | Trainer s |", "|---|---|---|"]
+    lines += [f"| {label} | {med('deepen-run', label)} | {med('trainer', label)} |" for label, _ in PHASES]
+    walls = {n: statistics.median(r["wall_s"] for r in p["runs"][n]) for n in p["runs"]}
+    lines += [f"| **whole process** | **{walls['deepen-run']:.2f}** | **{walls['trainer']:.2f}** |", "",
+              f"deepen-run speed-up (Trainer s / deepen-run s, median of pairs): **{p['x_trainer']:.3f}** "
+              f"(pairs: {', '.join(f'{x:.3f}' for x in p['ratios'])})"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=150)
+    a = ap.parse_args()
+    print(markdown(measure(a.rounds, a.steps)))
