@@ -119,6 +119,7 @@ def test_gpu_presets_follow_their_papers(monkeypatch):
         {("bert_base", (10, 11)), ("roberta_base", (9, 10))}  # each backbone's own layers
     multi = compose_all(jobs("paper_multi"))
     assert {tuple(c.task.names) for c in multi} == {("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")}
+    assert {c.train.model_selection for c in [*single, *multi]} == {"final"}  # one rule, a param of every run
     monkeypatch.delenv("DEEPEN_STUDY_DUPLICATE_roberta_base")
     with pytest.raises(Exception, match="DEEPEN_STUDY_DUPLICATE_roberta_base"):
         [OmegaConf.to_container(c, resolve=True) for c in compose_all(jobs("paper_single"))]

@@ -27,6 +27,12 @@ class Precision(StrEnum):
     bf16 = "bf16"
 
 
+class Selection(StrEnum):
+    """train.model_selection: whose evaluation is the run's result (deepen_run/run/train.py)."""
+    final = "final"
+    best = "best"
+
+
 class ScheduleKind(StrEnum):
     """schedule.kind (deepen_run/data/sampling.py)."""
     power = "power"

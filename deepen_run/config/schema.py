@@ -21,7 +21,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from deepen_run.config.choices import DuplicateInit, Precision, ScheduleKind
+from deepen_run.config.choices import DuplicateInit, Precision, ScheduleKind, Selection
 
 # The checkout (or install) root: conf/ and outputs/ live here, whatever Hydra's run dir is.
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,6 +154,7 @@ class TrainConfig:
     mixed_precision: auto (bf16 on a bf16 GPU, else no) | no | fp16 | bf16 (Accelerate)
     eval_every: evaluate every N steps; 0 = only at the end
     eval_per_epoch: also evaluate at the end of every epoch (as the sampler counts them)
+    model_selection: the run's result (eval/*, metrics.json, predictions, the report): final = the last step's weights; best = the weights of the best eval/score among the evaluations during training (eval_every / eval_per_epoch), evaluated again at the end, as the Trainer's load_best_model_at_end
     log_every: log train/loss and train/lr every N steps
     compile: torch.compile the model
     save_every: full-state checkpoint every N steps for resume (0 = never); dropped when the run finishes
@@ -176,6 +177,7 @@ class TrainConfig:
     mixed_precision: Precision = Precision.auto
     eval_every: int = 0
     eval_per_epoch: bool = False
+    model_selection: Selection = Selection.final
     log_every: int = neutral(10)
     compile: bool = False
     # Checkpoints (deepen_run/run/checkpoint.py). save_best defaults to null: best weights (~90 MB for

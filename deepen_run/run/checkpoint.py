@@ -27,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 
+from deepen_run.errors import UserError
 from deepen_run.run.lifecycle import Interrupted, guard
 
 STATE = "trainer_state.json"
@@ -151,6 +152,8 @@ def keeps_best(tcfg, total: int, predict: bool = False) -> bool:
     """train.save_best: true/false force it; null (auto) keeps the best weights (~90 MB for MiniLM,
     ~420 MB for BERT-base) only where they are worth the disk: a long run (more steps than
     save_every) or a predict=true run. Short runs and sweep jobs keep none: their record is in MLflow."""
+    if tcfg.model_selection == "best":
+        return True  # the final record is made from these weights
     if tcfg.save_best is not None:
         return bool(tcfg.save_best)
     return predict or 0 < tcfg.save_every < total
@@ -160,6 +163,8 @@ class Checkpointer:
     """Saves at save_every, on an interrupt, and the best weights; restores a resumed run."""
 
     def __init__(self, home: Optional[Path], tcfg, accelerator, total: int, predict: bool = False):
+        if home is None and tcfg.model_selection == "best":
+            raise UserError("train.model_selection=best keeps the best weights in the run dir; this run has none")
         self.root = home / "checkpoints" if home is not None else None
         self.every = tcfg.save_every if home is not None else 0
         self.keep_best = home is not None and keeps_best(tcfg, total, predict)
@@ -236,6 +241,20 @@ class Checkpointer:
                 (tmp / STATE).write_text(json.dumps(self._state(step)))
 
         self._write(self.root / "best", fill)
+
+    def load_best(self, model) -> None:
+        """The kept best weights into `model` (unwrapped; train.model_selection=best)."""
+        from safetensors.torch import load_file
+
+        state = load_file(str(self.root / "best" / "model.safetensors"), device=str(self.acc.device))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        # safetensors stores a tensor shared by several modules once, under one name: the other names
+        # are loaded through it. Anything else missing is a real mismatch.
+        now = model.state_dict()
+        shared = {now[k].data_ptr() for k in state if k in now}
+        lost = [k for k in missing if now[k].data_ptr() not in shared]
+        if lost or unexpected:
+            raise RuntimeError(f"checkpoints/best does not fit the model: missing {lost[:3]}, unexpected {unexpected[:3]}")
 
     def on_step(self, done: int) -> None:
         """After each step: periodic save, then a deferred signal stops the run here, saved."""

@@ -135,6 +135,12 @@ def numbers(cfg) -> None:
         raise UserError(f"train.warmup_ratio={t.warmup_ratio} must be in [0, 1]")
     if t.lr_scheduler not in SCHEDULERS:
         raise UserError(f"train.lr_scheduler={t.lr_scheduler!r}; choose from {', '.join(SCHEDULERS)}")
+    if t.model_selection == "best" and not (t.eval_every > 0 or t.eval_per_epoch):
+        raise UserError("train.model_selection=best picks among the evaluations during training: set "
+                        "train.eval_every=N or train.eval_per_epoch=true (with neither, best = final)")
+    if t.model_selection == "best" and t.save_best is False:
+        raise UserError("train.model_selection=best keeps the best weights to evaluate them at the end: drop "
+                        "train.save_best=false")
     if not math.isfinite(t.num_epochs):
         raise UserError(f"train.num_epochs={t.num_epochs} must be a finite number (or set train.max_steps)")
     if t.max_steps <= 0 and not t.num_epochs > 0:

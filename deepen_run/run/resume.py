@@ -78,7 +78,7 @@ def _candidates(here: Optional[Path]) -> set[Path]:
 
 def _continuable(home: Path, mine: dict) -> bool:
     return (latest(home) is not None and read_run_file(home).get("status") != "FINISHED"
-            and _plain(OmegaConf.load(saved_config(home))) == mine and not in_use(home))
+            and not differences(_plain(OmegaConf.load(saved_config(home))), mine) and not in_use(home))
 
 
 def find_latest(cfg, here: Optional[Path], own_first: bool = False, own_only: bool = False) -> Optional[Path]:
@@ -132,6 +132,22 @@ def config_diff(then, now, prefix: str = "") -> list[str]:
     return out
 
 
+def _has(d: dict, key: str) -> bool:
+    for part in key.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return False
+        d = d[part]
+    return True
+
+
+def differences(then: dict, now: dict) -> list[str]:
+    """config_diff, less the keys a newer deepen-run added that hold their default now: a run saved
+    before the key existed ran with that default (e.g. train.model_selection=final)."""
+    schema = OmegaConf.structured(Config)
+    return [k for k in config_diff(then, now)
+            if _has(then, k) or OmegaConf.select(schema, k, default="<none>") != _at(now, k)]
+
+
 def _at(d: dict, key: str):
     for part in key.split("."):
         d = d.get(part) if isinstance(d, dict) else None
@@ -144,7 +160,7 @@ def _same_config(cfg, here: Path) -> None:
     if f is None:
         return
     then, now = _plain(OmegaConf.load(f)), _plain(cfg)
-    keys = config_diff(then, now)
+    keys = differences(then, now)
     if keys:
         show = "; ".join(f"{k} was {_at(then, k)!r}, now {_at(now, k)!r}" for k in keys[:3])
         more = f" (and {len(keys) - 3} more)" if len(keys) > 3 else ""

@@ -208,6 +208,8 @@ def fit(r: Recipe) -> float:
             if r.total > r.start:
                 tracker.log_metrics({"train/step_time_s": step_time / (r.total - r.start)}, r.total)
         final, ev = last or evaluate_and_keep(r, r.total)  # resumed from a checkpoint at the last step
+        if tcfg.model_selection == "best":
+            final, ev = select_best(r, final, ev)
         phase("eval")
         tracker.log_metrics({"train/runtime_s": time.time() - t0}, r.total)
         # The tail (final record, predictions, after_train) may be stopped too: the checkpoint of the
@@ -252,6 +254,20 @@ def evaluate_dev(r: Recipe) -> tuple[dict, Evaluation]:
     with guard().deferred(False):  # a signal during evaluation stops it at once
         ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)
     return eval_metrics(ev.results, {name: s.name for name, s in r.eval_specs.items()}), ev
+
+
+def select_best(r: Recipe, final: dict, ev: Evaluation) -> tuple[dict, Evaluation]:
+    """train.model_selection=best: the weights of the best evaluation back in the model and evaluated
+    again; that evaluation is the run's result, logged at the last step after the final one (MLflow's
+    latest value at a step is the last logged), as the Trainer's load_best_model_at_end then evaluate."""
+    step = r.saver.best_step
+    r.tracker.set_tags({"selected_step": str(step)})
+    if step is None or step == r.total:
+        return final, ev  # the last evaluation is the best: the model holds its weights
+    r.saver.load_best(r.accelerator.unwrap_model(r.model))
+    flat, ev = evaluate_dev(r)
+    r.tracker.log_metrics(flat | {"eval/best_score": r.saver.best}, r.total)
+    return flat, ev
 
 
 def evaluate_and_keep(r: Recipe, step: int) -> tuple[dict, Evaluation]:
