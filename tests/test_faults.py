@@ -139,7 +139,8 @@ def test_store_deleted_mid_run_is_one_line_and_a_checkpoint(tmp_path, glue_dir):
     shutil.rmtree(db.parent)
     _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 1, err[-3000:]
-    errors = [ln for ln in lines(err) if not ln.startswith("train step")]
+    # Progress lines and, on a loaded machine, the long-run estimate (the loop's steps are slow then)
+    errors = [ln for ln in lines(err) if not ln.startswith(("train step", "deepen-run: this run needs about"))]
     assert len(errors) == 1 and errors[0].startswith(f"deepen-run: error: the MLflow store sqlite:///{db} failed "
                                                      "mid-run"), err[-3000:]
     assert "Traceback" not in err

@@ -22,7 +22,9 @@ TINY = ["backbone=tiny", "task=sst2", "data.max_train_samples=32", "data.max_eva
     (False, 100, 5000, True, False),
 ])
 def test_save_best_auto_and_forced(save_best, save_every, total, predict, kept):
-    assert keeps_best(NS(save_best=save_best, save_every=save_every), total, predict) is kept
+    assert keeps_best(NS(save_best=save_best, save_every=save_every, model_selection="final"), total, predict) is kept
+    # train.model_selection=best evaluates the kept weights at the end: always kept (save_best=false is refused)
+    assert keeps_best(NS(save_best=save_best, save_every=save_every, model_selection="best"), total, predict)
 
 
 @pytest.mark.slow

@@ -166,8 +166,9 @@ def fit(r: Recipe) -> float:
     seen, last, epoch = 0, None, r.sampler.epoch_of(r.start - 1) if r.start else None
     bar = progress(r.total, r.start, disable=not acc.is_main_process)
     step_time = 0.0  # seconds in training steps (forward, backward, update), without logging and evaluation
+    signals = guard()
     try:
-        with guard().deferred():  # signals wait for the end of the step, then save and stop
+        with signals.deferred():  # signals wait for the end of the step, then save and stop
             for step in range(r.start, r.total):
                 t_step = time.perf_counter()
                 task = r.sampler.task(step)
@@ -207,6 +208,9 @@ def fit(r: Recipe) -> float:
             bar.close()
             if r.total > r.start:
                 tracker.log_metrics({"train/step_time_s": step_time / (r.total - r.start)}, r.total)
+        # A signal after the last step's check (during the final evaluation's logging, the bar) waited
+        # for a step end that will not come: it stops the run here, the last step saved.
+        signals.raise_pending()
         final, ev = last or evaluate_and_keep(r, r.total)  # resumed from a checkpoint at the last step
         if tcfg.model_selection == "best":
             final, ev = select_best(r, final, ev)
