@@ -17,7 +17,8 @@ the moment it has exited, in pairs that alternate which goes first; each marks i
   loop               -> the last step done
   evaluation         -> the final evaluation done
   records            -> final record written        (metrics, predictions, figures)
-  teardown           -> process exited               (run ended in the store, summary, interpreter exit)
+  run ended          -> run ended                   (deepen-run: status in the store, run.json, summary)
+  teardown           -> process exited               (Hydra's job end, interpreter exit)
 
 A warm-up pair first (1 step) builds both tokenization caches and loads the GLUE metric once. The
 ratio is Trainer seconds / deepen-run seconds per pair (>= 1.0: deepen-run at least as fast),
@@ -37,7 +38,8 @@ HERE = Path(__file__).resolve().parent
 # (label, the mark that ends it); a process lacking a mark has the phase merged into the next one.
 PHASES = [("python + imports", "main"), ("imports", "imported"), ("config", "composed"), ("checks", "checked"), ("store", "store"),
           ("model", "model"), ("run recorded", "started"), ("data", "data"), ("first step", "first_step"),
-          ("loop", "steps"), ("evaluation", "eval"), ("records", "recorded"), ("teardown", None)]
+          ("loop", "steps"), ("evaluation", "eval"), ("records", "recorded"), ("run ended", "ended"),
+          ("teardown", None)]
 
 
 def _commands(tmp: str, r: int, steps: int) -> dict[str, list[str]]:
