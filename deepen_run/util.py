@@ -52,3 +52,29 @@ def phase(name: str) -> None:
     if path:
         with open(path, "a") as f:
             f.write(f"{name} {time.time():.6f}\n")
+
+
+def exit_now(code: int = 0) -> None:
+    """End the process once its work is done and recorded, without the interpreter's teardown.
+
+    Freeing torch, transformers, MLflow and SQLAlchemy module by module at exit takes about 2 s
+    (measured on a dry run here: 2.1 s from the run's end to the process's exit, 0.1 s this way),
+    which a study of many short runs pays every time. What matters at exit still happens: other
+    non-daemon threads finish, every atexit handler runs (logging's flush and close, the scratch
+    dirs of quiet ranks), and stdout/stderr are flushed; only the garbage collection of modules
+    is skipped, and the operating system reclaims that memory at once.
+    """
+    import atexit
+    import sys
+    import threading
+
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing more can reach it
+            pass
+    os._exit(code)

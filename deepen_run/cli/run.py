@@ -27,7 +27,7 @@ import hydra  # noqa: E402
 
 from deepen_run.config.schema import ROOT, register  # noqa: E402
 from deepen_run.errors import UserError, fail, fail_with  # noqa: E402
-from deepen_run.util import one_line, phase  # noqa: E402
+from deepen_run.util import exit_now, one_line, phase  # noqa: E402
 
 register()
 
@@ -162,5 +162,13 @@ def main() -> None:
         fail(str(better) if better else f"{e} {one_line(cause) if cause else ''}", 2)
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The console script: main(), then an exit without the interpreter's slow teardown once a run
+    (or a sweep) has returned and recorded everything (util.exit_now). Error exits stay ordinary."""
     main()
+    phase("exit")
+    exit_now(0)
+
+
+if __name__ == "__main__":
+    entry()

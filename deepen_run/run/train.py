@@ -24,6 +24,7 @@ from transformers import get_scheduler
 from deepen_run.model import backbone as bb
 from deepen_run.run import checkpoint as ck
 from deepen_run.data import loaders as gd
+from deepen_run.data import metrics as glue_metrics
 from deepen_run.model import steps as backbone_steps
 from deepen_run.run import submission
 from deepen_run.run.context import Run, RunContext
@@ -184,6 +185,7 @@ def fit(r: Recipe) -> float:
                 bar.update(1)
                 if done == r.start + 1:
                     phase("first_step")
+                    glue_metrics.preload()  # ready for the first evaluation
                     t_timed = time.perf_counter()
                 elif done == r.start + 1 + TIMED_STEPS and acc.is_main_process:
                     warn = long_run_warning((time.perf_counter() - t_timed) / TIMED_STEPS, r.total - done)

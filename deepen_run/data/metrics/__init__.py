@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -13,6 +14,21 @@ def load(eval_name: str):
     import evaluate  # seconds to import: only when a run evaluates, not for every start
 
     return evaluate.load(MODULE, config_name=eval_name)
+
+
+def preload() -> threading.Thread:
+    """Import what the metrics need (evaluate, scipy.stats, scikit-learn: about 1 s) in the
+    background, once training runs: the steps spend their time in torch kernels that release the
+    GIL, so the imports cost the run almost nothing and the first evaluation finds them done.
+    Imports only: they are idempotent and thread-safe, so no state is shared with `load`."""
+    def imports():
+        import evaluate  # noqa: F401
+        import scipy.stats  # noqa: F401
+        import sklearn.metrics  # noqa: F401
+
+    t = threading.Thread(target=imports, name="metric-imports")
+    t.start()
+    return t
 
 
 def compute(eval_name: str, predictions, references) -> dict[str, float]:
