@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import subprocess
 import sys
 import time
@@ -40,13 +41,16 @@ PARTS: dict[str, dict] = {
     "base": {"presets": ["floor_base", "floor_matched"],
              "contrasts": [f"{MEAN_BASE}:method=baseline pooling=pooler"]},
     "hire": {"presets": ["floor_hire", "floor_capacity"],
-             "contrasts": ["method=hire importance=dynamic extractor=true:extractor=false",
+             "contrasts": [f"method=hire importance=dynamic extractor=true:{MEAN_BASE}",
+                           "method=hire importance=dynamic extractor=true:extractor=false",
                            "method=hire importance=dynamic extractor=true:method=hire importance=mean",
                            "method=hire importance=dynamic extractor=true:method=hire importance=random"]},
     "dup": {"presets": ["floor_dup"],
-            "contrasts": ["duplicate_layers=[1,2]:duplicate_layers=[1,4]", "duplicate_layers=[1,2]:duplicate_layers=[4,5]"]},
+            "contrasts": [f"duplicate_layers=[1,2]:{MEAN_BASE}", "duplicate_layers=[1,2]:duplicate_layers=[1,4]",
+                          "duplicate_layers=[1,2]:duplicate_layers=[4,5]"]},
     "multi": {"presets": ["floor_multi"], "needs": ["floor_matched"],
-              "contrasts": ["method=pals:method=baseline setup=single max_steps=300"]},
+              "contrasts": ["method=pals:method=baseline setup=multi",
+                            "method=pals:method=baseline setup=single max_steps=300"]},
     "sched": {"presets": ["floor_sched"], "needs": ["floor_multi"], "secondary": True,
               "contrasts": ["method=pals schedule=proportional:method=pals schedule=annealed",
                             "method=pals schedule=sqrt:method=pals schedule=annealed"]},
@@ -95,14 +99,34 @@ def lr_rule(out: Path, uri: str, sweeps: dict) -> dict[str, float]:
     return rule
 
 
+def report_command(uri: str, ids: list[str], contrasts: list[str], own: bool = False) -> list[str]:
+    cmd = ["deepen-report", "--uri", uri, "--experiment", "study" if own else "study-floor"] + \
+        (["--tasks", "sst2,stsb"] if own else ["--baseline", BASELINE])
+    return cmd + [x for i in ids for x in ("--sweep-id", i)] + [x for c in contrasts for x in ("--contrast", c)]
+
+
 def report(uri: str, out: Path, ids: list[str], contrasts: list[str], own: bool = False) -> None:
-    cmd = [str(BIN / "deepen-report"), "--uri", uri, "--experiment", "study" if own else "study-floor",
-           "--out", str(out), "--seeds-csv", str(out / "seeds.csv")] + (["--tasks", "sst2,stsb"] if own else
-                                                                     ["--baseline", BASELINE])
-    cmd += [x for i in ids for x in ("--sweep-id", i)] + [x for c in contrasts for x in ("--contrast", c)]
+    cmd = report_command(uri, ids, contrasts, own)
+    cmd = [str(BIN / cmd[0]), *cmd[1:], "--out", str(out), "--seeds-csv", str(out / "seeds.csv")]
     sh(cmd)
     json_out = sh(cmd + ["--json"], capture=True)
     (out / "report.json").write_text(json_out)
+
+
+def what_to_report(name: str, sweeps: dict) -> tuple[list[str], list[str], bool]:
+    """(sweep ids, contrasts, own) of a part's report; name "all": every primary row and contrast."""
+    if name == "all":
+        presets = [p for n in PRIMARY[1:] for p in PARTS[n]["presets"]]
+        contrasts, own = [c for n in PRIMARY for c in PARTS[n]["contrasts"]], False
+    else:
+        part, own = PARTS[name], PARTS[name].get("own", False)
+        presets = ([] if own else ["floor_base"] + part.get("needs", [])) + part["presets"]
+        contrasts = part["contrasts"]
+    missing = [p for p in presets if p not in sweeps]
+    if missing:
+        sys.exit(f"study: the report of {name} needs the sweeps {', '.join(missing)}; run their parts first "
+                 "(make study PART=...)")
+    return [sweeps[p] for p in dict.fromkeys(presets)], contrasts, own
 
 
 def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
@@ -123,12 +147,7 @@ def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
     if name == "pilot":
         lr_rule(a.out, a.uri, sweeps)
         return
-    own = part.get("own", False)
-    base = [] if own else ["floor_base"] + part.get("needs", [])
-    missing = [p for p in base if p not in sweeps]
-    if missing:
-        sys.exit(f"study: part {name} pairs with {', '.join(missing)}; run its part first (make study PART=base ...)")
-    report(a.uri, a.out / name, [sweeps[p] for p in dict.fromkeys(base + part["presets"])], part["contrasts"], own)
+    report(a.uri, a.out / name, *what_to_report(name, sweeps))
     print(f"study: part {name} took {(time.time() - t0) / 60:.1f} min", flush=True)
 
 
@@ -138,6 +157,8 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=ROOT / "outputs" / "study-floor")
     p.add_argument("--uri", default=f"sqlite:///{ROOT}/outputs/mlflow.db")
     p.add_argument("--smoke", action="store_true", help="tiny scale, for a test of the pipeline")
+    p.add_argument("--command", action="store_true",
+                   help="print the deepen-report command of the part's report (default: the whole study's) and exit")
     p.add_argument("--draw-layers", type=int, metavar="K", help="print the random K-layer draw and exit")
     p.add_argument("--layer-seed", type=int, default=1)
     a, extra = p.parse_known_args()
@@ -146,11 +167,16 @@ def main() -> None:
         return
     a.out.mkdir(parents=True, exist_ok=True)
     sweeps = json.loads((a.out / "sweeps.json").read_text()) if (a.out / "sweeps.json").is_file() else {}
+    if a.command:  # the report's deepen-report command with this study's sweep ids, to run by hand
+        cmd = report_command(a.uri, *what_to_report(a.part or "all", sweeps))
+        if a.uri == p.get_default("uri"):
+            cmd[1:3] = []  # deepen-report's default store is this one
+        print(shlex.join(cmd))
+        return
     for name in [a.part] if a.part else PRIMARY:
         run_part(name, a, extra, sweeps)
     if not a.part:  # the whole primary study: every row and every primary contrast in one report
-        ids = [sweeps[p] for n in PRIMARY[1:] for p in PARTS[n]["presets"]]
-        report(a.uri, a.out / "all", ids, [c for n in PRIMARY for c in PARTS[n]["contrasts"]])
+        report(a.uri, a.out / "all", *what_to_report("all", sweeps))
 
 
 if __name__ == "__main__":

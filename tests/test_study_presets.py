@@ -123,3 +123,31 @@ def test_gpu_presets_follow_their_papers(monkeypatch):
     monkeypatch.delenv("DEEPEN_STUDY_DUPLICATE_roberta_base")
     with pytest.raises(Exception, match="DEEPEN_STUDY_DUPLICATE_roberta_base"):
         [OmegaConf.to_container(c, resolve=True) for c in compose_all(jobs("paper_single"))]
+
+
+def test_the_study_prints_each_reports_command(tmp_path):
+    """README's intervals come with the deepen-report command that prints them: `study.py --command`
+    gives it with this study's sweep ids, every primary question's contrast included; a part whose
+    sweeps did not run yet is named."""
+    import shlex
+    import subprocess
+    import sys
+
+    ids = {"floor_base": "b1", "floor_matched": "m1", "floor_hire": "h1", "floor_capacity": "c1", "floor_dup": "d1",
+           "floor_multi": "x1"}
+    (tmp_path / "sweeps.json").write_text(__import__("json").dumps(ids))
+    study = [sys.executable, str(ROOT / "scripts" / "study.py"), "--out", str(tmp_path)]
+    r = subprocess.run([*study, "--command"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    cmd = shlex.split(r.stdout)
+    assert cmd[:5] == ["deepen-report", "--experiment", "study-floor", "--baseline", "pooling=mean"]
+    assert [cmd[i + 1] for i, x in enumerate(cmd) if x == "--sweep-id"] == ["b1", "m1", "h1", "c1", "d1", "x1"]
+    contrasts = [cmd[i + 1] for i, x in enumerate(cmd) if x == "--contrast"]
+    base = "method=baseline pooling=mean duplicate_layers=[] max_steps=150 setup=single"
+    for q in (f"method=hire importance=dynamic extractor=true:{base}", "method=hire importance=dynamic extractor=true:"
+              "extractor=false", "method=hire importance=dynamic extractor=true:method=hire importance=random",
+              f"duplicate_layers=[1,2]:{base}", "duplicate_layers=[1,2]:duplicate_layers=[1,4]",
+              "method=pals:method=baseline setup=multi", "method=pals:method=baseline setup=single max_steps=300"):
+        assert q in contrasts, q
+    r = subprocess.run([*study, "--command", "--part", "sched"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "needs the sweeps floor_sched" in r.stderr, r.stderr
