@@ -68,9 +68,9 @@ def exit_now(code: int = 0) -> None:
     import sys
     import threading
 
-    for t in threading.enumerate():
-        if t is not threading.main_thread() and not t.daemon:
-            t.join()
+    # The interpreter's own first steps at exit, in its order: the hooks that stop thread pools
+    # (concurrent.futures, joblib's loky), then joining non-daemon threads, then atexit.
+    threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -65,3 +65,12 @@ def test_a_run_through_the_entry_point_ends_whole(tmp_path, glue_dir):
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("exit").experiment_id])
     assert [x.info.status for x in runs] == ["FINISHED"] and "eval/score" in runs[0].data.metrics
+
+
+def test_exit_now_stops_a_thread_pool_as_the_interpreter_does():
+    """A pool's idle non-daemon workers end through the hook the interpreter runs at exit; joining
+    them first would wait forever."""
+    code = ("from concurrent.futures import ThreadPoolExecutor\nfrom deepen_run.util import exit_now\n"
+            "pool = ThreadPoolExecutor(2)\nprint(pool.submit(lambda: 'pool ran').result())\nexit_now(0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
+    assert r.returncode == 0 and r.stdout == "pool ran\n", r.stderr
