@@ -306,3 +306,26 @@ def test_a_row_of_two_commits_is_marked_and_its_footnote_names_them(tmp_path, gl
     (note,) = [ln for ln in lines if ln.startswith("* Row 1 mixes")]
     assert commits[0] in note and commits[1] in note and commits[0] != commits[1]
     assert "Row 1: seed 1 of rte ran 2 times, same value" in rep.stdout  # the seed is shown, counted once
+
+
+def test_contrasts_become_a_figure_labelled_by_what_tells_the_rows_apart(mlflow_uri, tmp_path):
+    from deepen_run.report.figure import contrast_label
+
+    for seed, (base, hire) in zip((1, 2, 3), ((70.0, 72.0), (72.0, 73.0), (74.0, 77.0))):
+        for method, acc in (("baseline", base), ("hire", hire)):
+            log_run(mlflow_uri, [f"method={method}", "backbone=minilm", f"seed={seed}", "task=rte",
+                                 "train.max_steps=60"], rte(acc))
+        log_run(mlflow_uri, ["method=hire", "method.importance=mean", "backbone=minilm", f"seed={seed}", "task=rte",
+                             "train.max_steps=60"], rte(hire - 1))
+    runs = report.load_runs(mlflow_uri, EXP, {})
+    table = report.build(runs, contrasts=["importance=dynamic:importance=mean"])
+    rows = {r["settings"]: r for r in table["rows"]}
+    dyn, mean = rows["importance=dynamic"], rows["importance=mean"]
+    assert contrast_label(dyn, mean) == f"{dyn['id']}: importance=dynamic  -  {mean['id']}: importance=mean"
+    base = next(r for r in table["rows"] if r["method"] == "baseline")
+    assert contrast_label(dyn, base) == f"{dyn['id']}: hire importance=dynamic  -  {base['id']}: baseline"
+    assert any(c["lo"] is None for c in table["contrasts"])  # dynamic - mean is 1 for every seed: no interval
+    files = report.write(table, tmp_path / "with")
+    assert tmp_path / "with" / "contrasts.png" in files and (tmp_path / "with" / "contrasts.png").stat().st_size > 0
+    files = report.write(report.build(runs, contrasts=[], default_contrasts=False), tmp_path / "without")
+    assert [f.name for f in files] == ["results.md", "results.csv", "results.png"]

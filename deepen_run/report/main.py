@@ -168,19 +168,21 @@ def load_runs(uri: str, experiment: str, tags: dict[str, str]) -> list[dict]:
 
 
 def write(table: dict, out: Path) -> list[Path]:
-    from deepen_run.report.figure import methods_plot
+    from deepen_run.report.figure import contrasts_plot, methods_plot
 
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "results.md", out / "results.csv", out / "results.png"]
     files[0].write_text(to_markdown(table))
     files[1].write_text(to_csv(table))
-    fig = methods_plot(table)
-    fig.savefig(files[2], dpi=120, bbox_inches="tight")  # the legend stands outside the axes
+    methods_plot(table).savefig(files[2], dpi=120, bbox_inches="tight")  # the legend stands outside the axes
+    if table["contrasts"]:
+        files.append(out / "contrasts.png")
+        contrasts_plot(table).savefig(files[-1], dpi=120, bbox_inches="tight")
     return files
 
 
 def log_to_run(table: dict, tracker) -> None:
-    """results.{md,csv,png} under report/ of a run (a sweep's parent)."""
+    """results.{md,csv,png} (and contrasts.png) under report/ of a run (a sweep's parent)."""
     with tempfile.TemporaryDirectory() as tmp:
         for f in write(table, Path(tmp)):
             tracker.log_file(str(f), "report")
@@ -244,7 +246,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--json", action="store_true", help="print the rows' per-seed values and the contrasts as JSON "
                    "instead of the table")
     p.add_argument("--seeds-csv", type=Path, metavar="FILE", help="write one line per (row, task, seed) to FILE")
-    p.add_argument("--out", type=Path, help="write results.md, results.csv and results.png here")
+    p.add_argument("--out", type=Path, help="write results.md, results.csv and results.png (and contrasts.png) here")
     p.add_argument("--log-to-parent", action="store_true", help="log them under report/ of each sweep's parent run")
     a = p.parse_args(argv)
     try:
