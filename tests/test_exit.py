@@ -74,3 +74,12 @@ def test_exit_now_stops_a_thread_pool_as_the_interpreter_does():
             "pool = ThreadPoolExecutor(2)\nprint(pool.submit(lambda: 'pool ran').result())\nexit_now(0)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
     assert r.returncode == 0 and r.stdout == "pool ran\n", r.stderr
+
+
+def test_metric_imports_cut_short_by_the_exit_print_nothing():
+    """A run that fails right after its first step exits while the background imports still run;
+    the interpreter's shutdown then refuses the atexit hook an import registers. The imports are a
+    head start only: nothing reaches stderr (train.fit also joins the thread before it returns)."""
+    code = "import sys\nfrom deepen_run.data import metrics\nmetrics.preload()\nsys.exit(3)\n"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=HANG)
+    assert r.returncode == 3 and r.stderr == "", r.stderr[-3000:]

@@ -167,6 +167,7 @@ def fit(r: Recipe) -> float:
     seen, last, epoch = 0, None, r.sampler.epoch_of(r.start - 1) if r.start else None
     bar = progress(r.total, r.start, disable=not acc.is_main_process)
     step_time = 0.0  # seconds in training steps (forward, backward, update), without logging and evaluation
+    imports = None  # the metric imports' thread, started after the first step
     signals = guard()
     try:
         with signals.deferred():  # signals wait for the end of the step, then save and stop
@@ -185,7 +186,7 @@ def fit(r: Recipe) -> float:
                 bar.update(1)
                 if done == r.start + 1:
                     phase("first_step")
-                    glue_metrics.preload()  # ready for the first evaluation
+                    imports = glue_metrics.preload()  # ready for the first evaluation
                     t_timed = time.perf_counter()
                 elif done == r.start + 1 + TIMED_STEPS and acc.is_main_process:
                     warn = long_run_warning((time.perf_counter() - t_timed) / TIMED_STEPS, r.total - done)
@@ -230,6 +231,9 @@ def fit(r: Recipe) -> float:
     except (KeyboardInterrupt, TrackingLost):  # a signal, or the store gone: keep what resume=auto needs
         r.saver.on_interrupt()
         raise
+    finally:
+        if imports is not None:  # a run that fails right after its first step: no import left running
+            imports.join()
     return final["eval/score"]
 
 

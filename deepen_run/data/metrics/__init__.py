@@ -20,11 +20,16 @@ def preload() -> threading.Thread:
     """Import what the metrics need (evaluate, scipy.stats, scikit-learn: about 1 s) in the
     background, once training runs: the steps spend their time in torch kernels that release the
     GIL, so the imports cost the run almost nothing and the first evaluation finds them done.
-    Imports only: they are idempotent and thread-safe, so no state is shared with `load`."""
+    Imports only: they are idempotent and thread-safe, so no state is shared with `load`. The run
+    joins the thread before it ends (train.fit), so no import is left running into the
+    interpreter's shutdown."""
     def imports():
-        import evaluate  # noqa: F401
-        import scipy.stats  # noqa: F401
-        import sklearn.metrics  # noqa: F401
+        try:
+            import evaluate  # noqa: F401
+            import scipy.stats  # noqa: F401
+            import sklearn.metrics  # noqa: F401
+        except BaseException:  # noqa: BLE001 (a head start only: `load` imports again and reports)
+            pass
 
     t = threading.Thread(target=imports, name="metric-imports")
     t.start()
