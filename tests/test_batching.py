@@ -42,3 +42,27 @@ def test_resume_continues_the_same_grouped_order_across_epochs():
     resumed = [b["input_ids"].tolist() for b in itertools.islice(stream(17), 13)]
     assert resumed == whole[17:30]
     assert whole[:13] != whole[13:26]  # the next epoch is reshuffled
+
+
+def test_the_trainer_bench_job_visits_examples_in_deepen_runs_order():
+    """`make bench` compares whole processes on the same batches: scripts/bench_trainer_job.py's
+    order is the order deepen-run's prepared loader yields (and not the Trainer's own)."""
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+
+    from deepen_run.run.fast import make_accelerator
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_trainer_job.py"
+    spec = importlib.util.spec_from_file_location("bench_trainer_job", path)
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    cfg = make_cfg("backbone=tiny")
+    n, seed = 200, 42
+    ids = [[101, 1000 + i, 102] for i in range(n)]  # each row's middle token is its index
+    ds = datasets.Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * 3] * n, "label": [0] * n})
+    loader = make_accelerator(cfg.train).prepare(make_loader(ds, bb.load_tokenizer(cfg.backbone), 8, True, seed))
+    seen = [int(x) - 1000 for b in itertools.islice(iter(TaskStream(loader, seed)), n // 8) for x in b["input_ids"][:, 1]]
+    assert seen == job.same_order(n, seed)
+    assert seen != torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()  # the Trainer's own
