@@ -73,3 +73,33 @@ def test_missing_folder_and_files(tmp_path, glue_dir):
         check_glue_dir(str(tmp_path / "nope"), [TASKS["sst2"]])
     with pytest.raises(UserError, match=r"task qnli: .*QNLI/train\.tsv is missing"):
         check_glue_dir(glue_dir, [TASKS["qnli"]])
+
+
+def test_a_cached_split_is_read_back_whole_and_an_edited_file_is_tokenized_again(tmp_path, glue_dir):
+    """The tokenization cache skips the TSV parse on a hit; a changed file (size or mtime) misses it."""
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from conftest import make_cfg
+    from deepen_run.data.loaders import load_task
+    from deepen_run.model import backbone as bb
+
+    shutil.copytree(Path(glue_dir, "RTE"), tmp_path / "glue" / "RTE")
+    cfg = make_cfg("backbone=tiny", f"data.glue_dir={tmp_path / 'glue'}", f"data.cache_dir={tmp_path / 'cache'}")
+    tok = bb.load_tokenizer(cfg.backbone)
+
+    def load(**data):
+        return load_task(TASKS["rte"], OmegaConf.merge(cfg.data, data), tok, seed=1)
+
+    first, again = load(), load()
+    assert again.train.to_dict() == first.train.to_dict() and len(first.train) == 2490
+    assert again.train.cache_files == first.train.cache_files  # the very file tokenized the first time
+    cut, other_seed = load(max_train_samples=100), load_task(TASKS["rte"], OmegaConf.merge(cfg.data, {
+        "max_train_samples": 100}), tok, seed=2)
+    assert len(cut.train) == 100 and cut.train["idx"] != other_seed.train["idx"]  # a subset's seed is in the key
+
+    dev = tmp_path / "glue" / "RTE" / "dev.tsv"
+    lines = dev.read_text().splitlines(keepends=True)
+    dev.write_text("".join(lines[:11]))  # the header and 10 examples
+    assert len(load().dev["rte"]) == 10

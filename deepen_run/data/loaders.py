@@ -70,11 +70,18 @@ def train_size(n: int, fraction: Optional[float], cap: Optional[int]) -> int:
     return n if cap is None else min(n, cap)
 
 
-def tokenize(ds: datasets.Dataset, tokenizer, max_len: int, cache_dir: str, tag: str) -> datasets.Dataset:
-    """Tokenize once; the result is cached on disk keyed by data, tokenizer and length."""
-    key = hashlib.sha1(f"{ds._fingerprint}|{tokenizer.name_or_path}|{len(tokenizer)}|{max_len}|{tag}"
+def cache_file(cache_dir: str, tag: str, source: str, cut: str, tokenizer, max_len: int) -> str:
+    """Where one split's tokenized rows are cached: keyed by the file (path, size, mtime) or Hub split,
+    the cut (fraction, cap and seed of a subset), the tokenizer and the length."""
+    key = hashlib.sha1(f"{source}|{cut}|{tokenizer.name_or_path}|{len(tokenizer)}|{max_len}|{tag}"
                        .encode()).hexdigest()[:16]
     os.makedirs(cache_dir, exist_ok=True)
+    return os.path.join(cache_dir, f"{tag}-{key}.arrow")
+
+
+def tokenize(ds: datasets.Dataset, tokenizer, max_len: int, path: str, tag: str) -> datasets.Dataset:
+    """Tokenize once, into the cache file `path` (datasets writes a temporary file and renames it,
+    so a reader sees the whole file or none)."""
     pair = "text_b" in ds.column_names
 
     def fn(batch):
@@ -82,15 +89,7 @@ def tokenize(ds: datasets.Dataset, tokenizer, max_len: int, cache_dir: str, tag:
         return tokenizer(*args, truncation=True, max_length=max_len)
 
     drop = [c for c in ds.column_names if c not in ("label", "idx")]
-    return ds.map(fn, batched=True, remove_columns=drop, desc=f"tokenize {tag}",
-                  cache_file_name=os.path.join(cache_dir, f"{tag}-{key}.arrow"))
-
-
-def _fingerprinted(ds: datasets.Dataset, source: str) -> datasets.Dataset:
-    # Datasets built in memory get a random fingerprint; derive a stable one from the content
-    # source so the tokenization cache hits on the next run.
-    ds._fingerprint = hashlib.sha1(source.encode()).hexdigest()[:16]
-    return ds
+    return ds.map(fn, batched=True, remove_columns=drop, desc=f"tokenize {tag}", cache_file_name=path)
 
 
 def _source_key(glue_dir, spec, stem) -> str:
@@ -103,10 +102,16 @@ def _source_key(glue_dir, spec, stem) -> str:
 
 def load_task(spec: TaskSpec, dcfg, tokenizer, seed: int, with_train=True, with_test=False) -> TaskData:
     def get(stem, hub_split, labelled, limit, fraction=None):
+        source, tag = _source_key(dcfg.glue_dir, spec, stem), f"{spec.name}-{stem}"
+        cut = "all" if fraction is None and limit is None else f"{fraction}|{limit}|{seed}"
+        path = cache_file(dcfg.cache_dir, tag, source, cut, tokenizer, dcfg.max_seq_length)
+        if os.path.isfile(path):
+            # Tokenized before from this very file (same size and mtime), read and validated then:
+            # memory-mapped at once, instead of parsing the TSV again (0.6 s for SST-2's train set).
+            return datasets.Dataset.from_file(path)
         raw = load_raw(spec, dcfg.glue_dir, stem, hub_split, labelled)
-        raw = _fingerprinted(raw, _source_key(dcfg.glue_dir, spec, stem))
         raw = _subsample(raw, train_size(len(raw), fraction, limit), seed)
-        return tokenize(raw, tokenizer, dcfg.max_seq_length, dcfg.cache_dir, f"{spec.name}-{stem}")
+        return tokenize(raw, tokenizer, dcfg.max_seq_length, path, tag)
 
     train = get("train", "train", True, dcfg.max_train_samples, dcfg.train_fraction) if with_train else None
     dev = {name: get(stem, hub, True, dcfg.max_eval_samples)

@@ -32,7 +32,6 @@ from deepen_run.errors import NonFiniteLoss
 from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
 from deepen_run.run.fast import fused_adamw_ok
-from deepen_run.figures import sampling_plot
 from deepen_run.run.lifecycle import guard
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
@@ -155,6 +154,8 @@ def fit(r: Recipe) -> float:
     if r.start == 0:  # the N_i the sampler uses: what is trained on, after train_fraction / max_train_samples
         tracker.log_metrics({f"data/train_examples/{t}": len(d.train) for t, d in data.items()}, 0)
     if len(data) > 1:
+        from deepen_run.figures import sampling_plot  # matplotlib: 0.5 s of imports a single-task run skips
+
         table = r.sampler.table()
         tracker.log_csv(table, "sampling/probabilities.csv")
         tracker.log_figure(sampling_plot(table, list(data)), "sampling/probabilities.png")
