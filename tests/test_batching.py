@@ -66,3 +66,29 @@ def test_the_trainer_bench_job_visits_examples_in_deepen_runs_order():
     seen = [int(x) - 1000 for b in itertools.islice(iter(TaskStream(loader, seed)), n // 8) for x in b["input_ids"][:, 1]]
     assert seen == job.same_order(n, seed)
     assert seen != torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()  # the Trainer's own
+
+
+def test_longest_first_evaluation_gives_predictions_labels_in_dataset_order(glue_dir, tmp_path):
+    """eval_loader sorts batches by length (less padding); predict puts everything back in dataset order."""
+    import torch
+
+    from deepen_run.data.glue import get_tasks
+    from deepen_run.data.loaders import eval_loader, load_task
+    from deepen_run.methods import METHODS
+    from deepen_run.run.fast import make_accelerator
+    from deepen_run.run.predict import predict
+
+    cfg = make_cfg("backbone=tiny", "task=stsb", f"data.glue_dir={glue_dir}", "data.max_eval_samples=40",
+                   f"data.cache_dir={tmp_path}")
+    tasks = get_tasks(["stsb"])
+    torch.manual_seed(0)
+    model = METHODS["baseline"].build(bb.load_model(cfg.backbone), cfg.method, tasks).eval()
+    tok, acc = bb.load_tokenizer(cfg.backbone), make_accelerator(cfg.train)
+    ds = load_task(tasks[0], cfg.data, tok, cfg.seed, with_train=False).dev["stsb"]
+    sorted_loader, file_order = acc.prepare(eval_loader(ds, tok, 8)), acc.prepare(make_loader(ds, tok, 8, False, 0))
+    assert sum(b["input_ids"].numel() for b in sorted_loader) < sum(b["input_ids"].numel() for b in file_order)
+    preds, labels = predict(model, acc, sorted_loader, tasks[0], labels=True)
+    want, _ = predict(model, acc, file_order, tasks[0], labels=True)
+    assert labels == list(ds["label"])
+    assert torch.allclose(torch.tensor(preds), torch.tensor(want), atol=1e-5)
+    assert preds != sorted(preds) and preds != sorted(preds, reverse=True)

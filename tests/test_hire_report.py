@@ -34,7 +34,7 @@ def test_report_uses_the_evaluation_and_matches_a_separate_pass(glue_dir, mlflow
     tok = bb.load_tokenizer(cfg.backbone)
     data = {t.name: gd.load_task(t, cfg.data, tok, cfg.seed, with_train=False) for t in tasks}
     acc = make_accelerator(cfg.train)
-    dev = {name: acc.prepare(gd.make_loader(ds, tok, BATCH, False, cfg.seed))
+    dev = {name: acc.prepare(gd.eval_loader(ds, tok, BATCH))  # longest first, as a run evaluates
            for d in data.values() for name, ds in d.dev.items()}
     forwards = []
     model.backbone.register_forward_hook(lambda *_: forwards.append(1))  # any pass over the dev sets

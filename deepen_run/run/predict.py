@@ -1,7 +1,9 @@
 """The prediction loop shared by evaluation (dev sets, with labels) and submissions (test sets).
 
 One forward per batch in the loader's order; predictions gathered across processes, with the
-duplicate samples that pad the last batch dropped (Accelerate's gather_for_metrics).
+duplicate samples that pad the last batch dropped (Accelerate's gather_for_metrics). A loader that
+visits the longest examples first (data/loaders.py, eval_loader) gets its outputs back in dataset
+order, so callers never see the batching order.
 """
 from __future__ import annotations
 
@@ -42,4 +44,22 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
         outs.append(p.cpu())
         for key, value in (out.extras.items() if extras is not None else ()):
             extras.setdefault(key, []).append(accelerator.gather_for_metrics(value).cpu())
+    back = dataset_order(loader)
+    if back is not None:
+        outs, refs = [torch.cat(outs)[back]] if outs else [], [torch.cat(refs)[back]] if refs else []
+        for key, chunks in (extras or {}).items():
+            extras[key] = [torch.cat(chunks)[back]]
     return (torch.cat(outs).tolist() if outs else []), (torch.cat(refs).tolist() if refs else [])
+
+
+def dataset_order(loader) -> torch.Tensor | None:
+    """For a longest-first loader, the positions that put its outputs back in dataset order
+    (the inverse of its order); None for a loader already in dataset order."""
+    from accelerate.data_loader import get_sampler
+
+    from deepen_run.data.loaders import LongestFirst
+
+    order = get_sampler(loader)
+    if not isinstance(order, LongestFirst):
+        return None
+    return torch.argsort(torch.tensor(order))

@@ -21,9 +21,9 @@ def to_tsv(spec: TaskSpec, idx: list[int], preds: list) -> str:
     return "index\tprediction\n" + "".join(f"{i}\t{label_string(spec, p)}\n" for i, p in zip(idx, preds))
 
 
-def write(model, accelerator, tracker, data: dict, tokenizer, batch_size: int, seed: int) -> dict[str, int]:
+def write(model, accelerator, tracker, data: dict, tokenizer, batch_size: int) -> dict[str, int]:
     """Predict every loaded test split and log submission/<stem>.tsv; returns rows per file."""
-    from deepen_run.data.loaders import make_loader
+    from deepen_run.data.loaders import eval_loader
     from deepen_run.run.predict import predict
 
     rows = {}
@@ -31,7 +31,7 @@ def write(model, accelerator, tracker, data: dict, tokenizer, batch_size: int, s
     model.eval()
     for d in data.values():
         for stem, ds in d.test.items():
-            loader = accelerator.prepare(make_loader(ds, tokenizer, batch_size, False, seed))
+            loader = accelerator.prepare(eval_loader(ds, tokenizer, batch_size))
             preds, _ = predict(model, accelerator, loader, d.spec, desc=f"predict {stem}")
             tracker.log_text(to_tsv(d.spec, list(ds["idx"]), preds), f"submission/{stem}.tsv")
             rows[stem] = len(preds)

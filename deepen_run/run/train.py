@@ -123,7 +123,7 @@ def setup(cfg, run: Run) -> Recipe:
         data = {t.name: gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict) for t in tasks}
     loaders = {t: gd.make_loader(d.train, tok, tcfg.batch_size, True, cfg.seed + i, cfg.data.group_by_length,
                                  cfg.data.num_workers) for i, (t, d) in enumerate(data.items())}
-    dev = {name: gd.make_loader(ds, tok, tcfg.eval_batch_size, False, cfg.seed)
+    dev = {name: gd.eval_loader(ds, tok, tcfg.eval_batch_size)
            for d in data.values() for name, ds in d.dev.items()}
     ctx = RunContext(cfg, tasks, data, tok, tracker, accelerator)
     backbone_steps.record(model.backbone, ctx)
@@ -224,7 +224,7 @@ def fit(r: Recipe) -> float:
         # last step saved on the way out lets resume=auto complete this same run.
         record(tracker, data, ev, final, r.total)
         if r.cfg.predict:
-            rows = submission.write(r.model, acc, tracker, data, r.ctx.tokenizer, tcfg.eval_batch_size, r.cfg.seed)
+            rows = submission.write(r.model, acc, tracker, data, r.ctx.tokenizer, tcfg.eval_batch_size)
             acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
         r.ctx.evaluation = ev
         hook(r.method, "after_train")(acc.unwrap_model(r.model), r.ctx)
