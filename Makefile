@@ -19,13 +19,14 @@ $(BIN)/deepen-run: pyproject.toml
 
 install: $(BIN)/deepen-run
 
-# Everything, what CI runs (tens of minutes on 2 CPU cores); the slowest tests are listed at the end.
+# Everything, what CI runs (about 10 minutes on 2 CPU cores); the slowest tests are listed at the end.
+# One test process a core (pytest-xdist); worksteal hands the long end-to-end tests out early.
 test: install
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q -n auto --dist worksteal --durations=15
 
 # The development loop: unit contracts on the tiny random BERT, no end-to-end or slow runs.
 test-fast: install
-	$(BIN)/pytest -q -m "not e2e and not slow and not subprocess" --durations=5
+	$(BIN)/pytest -q -n auto --dist worksteal -m "not e2e and not slow and not subprocess" --durations=5
 
 # HIRE on SST-2, offline MiniLM, a 2000-example subset: a few minutes on a laptop CPU.
 demo: install

@@ -149,9 +149,24 @@ def make_loader(ds: datasets.Dataset, tokenizer, batch_size: int, shuffle: bool,
                       num_workers=num_workers)
 
 
-class LongestFirst(list):
-    """An evaluation sampler: the dataset's indices, longest example first. run/predict.py finds it
-    on a loader (accelerate's get_sampler) and puts the outputs back in dataset order."""
+class LongestFirst(torch.utils.data.Dataset):
+    """A dataset's rows, longest example first; `order[i]` is the dataset row at position i.
+    run/predict.py finds it as a loader's dataset (kept by Accelerate's prepare, on every process)
+    and puts the outputs back in dataset order."""
+
+    def __init__(self, ds: datasets.Dataset):
+        self.ds = ds
+        lengths = [len(x) for x in ds["input_ids"]]
+        self.order = sorted(range(len(lengths)), key=lambda i: -lengths[i])  # stable: ties keep file order
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.ds[self.order[i]]
+
+    def __getitems__(self, positions: list[int]) -> list[dict]:  # a batch in one read, as datasets does
+        return self.ds.__getitems__([self.order[i] for i in positions])
 
 
 def eval_loader(ds: datasets.Dataset, tokenizer, batch_size: int) -> DataLoader:
@@ -162,7 +177,5 @@ def eval_loader(ds: datasets.Dataset, tokenizer, batch_size: int) -> DataLoader:
     rounding can differ in the last digits with the padded length."""
     collate = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=None)
     cols = [c for c in ds.column_names if c in ("input_ids", "attention_mask", "token_type_ids", "label")]
-    ds = ds.select_columns(cols).with_format(None)
-    lengths = [len(x) for x in ds["input_ids"]]
-    order = LongestFirst(sorted(range(len(lengths)), key=lambda i: -lengths[i]))  # stable: ties keep file order
-    return DataLoader(ds, batch_size=batch_size, sampler=order, collate_fn=collate)
+    return DataLoader(LongestFirst(ds.select_columns(cols).with_format(None)), batch_size=batch_size,
+                      shuffle=False, collate_fn=collate)

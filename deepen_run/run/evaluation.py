@@ -21,7 +21,7 @@ class Evaluation:
     results: dict  # {metric: value}
     preds: dict  # predictions
     refs: dict  # labels
-    extras: dict  # {key: [one tensor per batch]}: the model's Output.extras (none: {})
+    extras: dict  # {key: [tensors]}: the model's Output.extras in dev order (none: {})
 
 
 @torch.no_grad()

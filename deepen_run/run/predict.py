@@ -23,7 +23,8 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
     Class ids for classification, float scores for regression. The caller sets eval/train mode.
     desc: a progress bar (rank 0 only) with this label.
     extras: a dict to fill with the model's Output.extras (methods/contract.py; tensors whose first dim
-    is the batch): key -> one gathered CPU tensor per batch.
+    is the batch): key -> gathered CPU tensors, one per batch (a single one, in dataset order, for a
+    longest-first loader).
     """
     from tqdm.auto import tqdm
 
@@ -55,11 +56,8 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
 def dataset_order(loader) -> torch.Tensor | None:
     """For a longest-first loader, the positions that put its outputs back in dataset order
     (the inverse of its order); None for a loader already in dataset order."""
-    from accelerate.data_loader import get_sampler
-
     from deepen_run.data.loaders import LongestFirst
 
-    order = get_sampler(loader)
-    if not isinstance(order, LongestFirst):
+    if not isinstance(loader.dataset, LongestFirst):
         return None
-    return torch.argsort(torch.tensor(order))
+    return torch.argsort(torch.tensor(loader.dataset.order))
