@@ -76,7 +76,9 @@ def test_missing_folder_and_files(tmp_path, glue_dir):
 
 
 def test_a_cached_split_is_read_back_whole_and_an_edited_file_is_tokenized_again(tmp_path, glue_dir):
-    """The tokenization cache skips the TSV parse on a hit; a changed file (size or mtime) misses it."""
+    """A cache hit gives back the rows tokenized the first time (make bench times the parse it saves);
+    an edited file misses the cache, even one edited in place with its size and mtime kept."""
+    import os
     import shutil
 
     from omegaconf import OmegaConf
@@ -100,6 +102,9 @@ def test_a_cached_split_is_read_back_whole_and_an_edited_file_is_tokenized_again
     assert len(cut.train) == 100 and cut.train["idx"] != other_seed.train["idx"]  # a subset's seed is in the key
 
     dev = tmp_path / "glue" / "RTE" / "dev.tsv"
-    lines = dev.read_text().splitlines(keepends=True)
+    lines, st = dev.read_text().splitlines(keepends=True), dev.stat()
+    dev.write_text("".join([lines[0], lines[2], lines[1], *lines[3:]]))  # two examples swapped: same size
+    os.utime(dev, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same mtime, as `cp -p` or rsync leave it
+    assert load().dev["rte"]["idx"][:3] == [1, 0, 2]
     dev.write_text("".join(lines[:11]))  # the header and 10 examples
     assert len(load().dev["rte"]) == 10

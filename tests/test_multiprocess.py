@@ -56,6 +56,7 @@ def test_two_cpu_processes_make_one_run(glue_dir, tmp_path, method):
                         "method.include_embeddings=true" if method == "hire" else "seed=42", f"data.glue_dir={glue_dir}",
                         "data.max_train_samples=256", "data.max_eval_samples=101", "data.max_seq_length=48",
                         "train.max_steps=6", "train.log_every=2", "train.batch_size=8", "train.learning_rate=1e-3",
+                        "train.eval_batch_size=16",  # 7 dev batches a task: both ranks evaluate, the last round uneven
                         f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -75,6 +76,9 @@ def test_two_cpu_processes_make_one_run(glue_dir, tmp_path, method):
         rows = open(client.download_artifacts(run.info.run_id, f"predictions/{task}.tsv")).read().splitlines()
         assert len(rows) == 1 + 101
         assert len({row.split("\t")[0] for row in rows[1:]}) == 101
+        # Each prediction sits on its own example's row: accuracy from the file is the run's.
+        hits = sum(row.split("\t")[1] == row.split("\t")[2] for row in rows[1:])
+        assert hits / 101 == pytest.approx(m[f"eval/{task}/accuracy"])
         if method == "hire":  # the report's importances came gathered, in dev order, from the evaluation
             report = list(csv.DictReader(open(client.download_artifacts(run.info.run_id, "hire/examples.csv"))))
             labels = [float(row.split("\t")[2]) for row in rows[1:17]]

@@ -30,7 +30,8 @@ def data_files(cfg, tasks) -> list[Path]:
     return [f.resolve() for f in dict.fromkeys(out) if f.is_file()]
 
 
-def _digest(f: Path) -> str:
+def digest(f: Path) -> str:
+    """A file's size and SHA-256 (also the tokenization cache's key: data/loaders.py)."""
     h = hashlib.sha256()
     with open(f, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -39,7 +40,7 @@ def _digest(f: Path) -> str:
 
 
 def fingerprint(cfg, tasks) -> dict[str, str]:
-    return {str(f): _digest(f) for f in data_files(cfg, tasks)}
+    return {str(f): digest(f) for f in data_files(cfg, tasks)}
 
 
 def save_fingerprint(home: Optional[Path], cfg, tasks) -> None:

@@ -47,10 +47,21 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
             extras.setdefault(key, []).append(accelerator.gather_for_metrics(value).cpu())
     back = dataset_order(loader)
     if back is not None:
-        outs, refs = [torch.cat(outs)[back]] if outs else [], [torch.cat(refs)[back]] if refs else []
+        outs, refs = restore(outs, back, "predictions"), restore(refs, back, "labels")
         for key, chunks in (extras or {}).items():
-            extras[key] = [torch.cat(chunks)[back]]
+            extras[key] = restore(chunks, back, f"extras[{key!r}]")
     return (torch.cat(outs).tolist() if outs else []), (torch.cat(refs).tolist() if refs else [])
+
+
+def restore(chunks: list, back: torch.Tensor, what: str) -> list:
+    """Gathered chunks in loader order -> one tensor in dataset order (`back`: dataset_order)."""
+    if not chunks:
+        return []
+    rows = torch.cat(chunks)
+    if rows.shape[0] != len(back):  # a first dim that is not the batch would silently mix rows
+        raise RuntimeError(f"{what}: {rows.shape[0]} rows gathered for {len(back)} examples; "
+                           "extras must be tensors whose first dim is the batch")
+    return [rows[back]]
 
 
 def dataset_order(loader) -> torch.Tensor | None:
