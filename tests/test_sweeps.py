@@ -89,6 +89,26 @@ def test_child_run_names_carry_the_swept_values():
     assert job.swept() == ["gru_layers=2", "learning_rate=3e-05"]
 
 
+def test_a_job_that_started_as_the_sweep_stopped_stops_itself(tmp_path):
+    """The launcher writes the stop file, then signals the jobs whose start file it sees; a job that
+    wrote its start file after that look finds the stop file on its second look and ends KILLED
+    (an idle loky worker ignored the Ctrl-C itself: it would otherwise train to the end)."""
+    import signal
+
+    import pytest
+
+    from deepen_run.run.lifecycle import Interrupted
+    from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE, SweepJob
+
+    (tmp_path / JOBS_DIR).mkdir()
+    job = SweepJob({"dir": str(tmp_path)}, 0, [])
+    job._stop_if_told()  # no stop: the job goes on
+    (tmp_path / JOBS_DIR / STOP_FILE).write_text("SIGTERM\n")
+    with pytest.raises(Interrupted) as e:
+        job._stop_if_told()
+    assert e.value.signum == signal.SIGTERM
+
+
 def test_one_bad_value_launches_nothing(tmp_path, glue_dir):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     rest = [a for a in TINY if not a.startswith("train.batch_size")]

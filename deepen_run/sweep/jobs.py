@@ -24,7 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from deepen_run.errors import UserError
-from deepen_run.run.lifecycle import SignalGuard
+from deepen_run.run.lifecycle import Interrupted, SignalGuard
 from deepen_run.run.rundir import JOBS_DIR, SWEEP_FILE  # noqa: F401 (the sweep modules' names for them)
 from deepen_run.util import first_line as _one_line
 
@@ -153,6 +153,7 @@ class SweepJob:
             watchdog.busy.set()
         stopped = None
         try:
+            self._stop_if_told()
             score = float(run_fn(cfg, tags=self.tags()))
             outcome = {"status": "FINISHED", "name": name, "score": score}
         except KeyboardInterrupt as e:  # the run ended KILLED (with a checkpoint if one was saved)
@@ -179,6 +180,16 @@ class SweepJob:
             pass_on(getattr(stopped, "signum", 2))  # submitit: requeue; basic launcher: stop the sweep
             raise stopped
         return score
+
+    def _stop_if_told(self) -> None:
+        """A stop that landed between this job's first look at the stop file and its start file: the
+        launcher writes the stop file, then looks for started jobs to signal; the job writes its start
+        file, then looks here. One of the two always sees the other, so no job trains on unsignalled
+        (an idle loky worker ignores the Ctrl-C of its process group)."""
+        stop = self.jobs / STOP_FILE
+        if stop.exists():
+            name = stop.read_text().strip() or "SIGINT"
+            raise Interrupted(getattr(signal.Signals, name, signal.SIGINT).value)
 
     def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:
         """resume=auto: this job's run dir holds its FINISHED child of this sweep -> its outcome."""
