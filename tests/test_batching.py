@@ -92,3 +92,19 @@ def test_longest_first_evaluation_gives_predictions_labels_in_dataset_order(glue
     assert labels == list(ds["label"])
     assert torch.allclose(torch.tensor(preds), torch.tensor(want), atol=1e-5)
     assert preds != sorted(preds) and preds != sorted(preds, reverse=True)
+
+
+def test_an_evaluation_pass_leaves_the_training_rng_alone():
+    """Training's dropout draws from torch's global RNG; a pass over an eval loader must not move it."""
+    import torch
+
+    from deepen_run.data.loaders import eval_loader
+
+    tok = bb.load_tokenizer(make_cfg("backbone=tiny").backbone)
+    loader = eval_loader(toy_set(20), tok, 8)
+    torch.manual_seed(0)
+    want = torch.rand(3)
+    torch.manual_seed(0)
+    for _ in loader:
+        pass
+    assert torch.equal(torch.rand(3), want)

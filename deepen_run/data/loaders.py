@@ -186,5 +186,8 @@ def eval_loader(ds: datasets.Dataset, tokenizer, batch_size: int) -> DataLoader:
     rounding can differ in the last digits with the padded length."""
     collate = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=None)
     cols = [c for c in ds.column_names if c in ("input_ids", "attention_mask", "token_type_ids", "label")]
+    # Its own generator: a DataLoader without one draws its workers' base seed from torch's global
+    # RNG each pass, so an evaluation would shift the training's dropout masks (and a run resumed
+    # from a checkpoint taken at an evaluation step would not repeat the uninterrupted run).
     return DataLoader(LongestFirst(ds.select_columns(cols).with_format(None)), batch_size=batch_size,
-                      shuffle=False, collate_fn=collate)
+                      shuffle=False, collate_fn=collate, generator=torch.Generator().manual_seed(0))
