@@ -19,7 +19,7 @@ $(BIN)/deepen-run: pyproject.toml
 
 install: $(BIN)/deepen-run
 
-# Everything, what CI runs (about 14 minutes on 2 CPU cores); the slowest tests are listed at the end.
+# Everything, what CI runs (about 11 minutes on 2 CPU cores); the slowest tests are listed at the end.
 # One process: the sweep tests that stop jobs mid-training need the cores to themselves (beside
 # other tests, two jobs logging to one SQLite store timed out on its lock: "database is locked").
 test: install
