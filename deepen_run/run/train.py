@@ -277,7 +277,8 @@ def select_best(r: Recipe, final: dict, ev: Evaluation) -> tuple[dict, Evaluatio
         return final, ev  # the last evaluation is the best: the model holds its weights
     r.saver.load_best(r.accelerator.unwrap_model(r.model))
     flat, ev = evaluate_dev(r)
-    r.tracker.log_metrics(flat | {"eval/best_score": r.saver.best}, r.total)
+    # again: a resumed run's killed attempt may have logged the last step's own evaluation already
+    r.tracker.log_metrics(flat | {"eval/best_score": r.saver.best}, r.total, again=True)
     return flat, ev
 
 

@@ -213,13 +213,17 @@ class Tracker:
             self.client.log_batch(self.run_id, params=items)
 
     @_recorded
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int, again: bool = False) -> None:
+        """again=True: log even at a step the resumed run already has. The final record of
+        train.model_selection=best re-evaluates at the last step, which the killed attempt may have
+        logged already; MLflow's latest value at a step is the last logged, so it becomes the result."""
         if not self.enabled or not metrics:
             return
         import time
 
         ts = int(time.time() * 1000)
-        items = [Metric(k, float(v), ts, step) for k, v in metrics.items() if step not in self.logged.get(k, ())]
+        items = [Metric(k, float(v), ts, step) for k, v in metrics.items()
+                 if again or step not in self.logged.get(k, ())]
         if items:
             self.client.log_batch(self.run_id, metrics=items)
 
