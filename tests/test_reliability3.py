@@ -2,9 +2,13 @@
 follow a link or touch a file they did not write; secrets stay secret; bad input is one line."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from conftest import runs_of
+from conftest import HANG, runs_of
 from deepen_run.tracking.store import Tracker
 
 
@@ -28,3 +32,93 @@ def test_a_resumed_runs_final_record_wins_over_the_killed_attempts_last_step(tmp
     assert run.data.metrics["eval/score"] == 0.54
     assert [m.value for m in client.get_metric_history(run_id, "train/loss")] == [0.7]
     assert sorted(m.value for m in client.get_metric_history(run_id, "eval/score")) == [0.46, 0.54]
+
+
+def _files(root):
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+def test_make_clean_never_follows_a_link_and_reads_inside_our_folders(tmp_path, capsys):
+    """outputs/cache, a run dir and outputs/mlartifacts as links to the user's folders: each stays,
+    named, and what it points to is untouched; no OSError halfway. A run dir with data_fingerprint.json
+    is ours and goes; one with a user's file inside checkpoints/ or .hydra/ stays."""
+    from deepen_run.run.clean import clean
+
+    out, mine = tmp_path / "outputs", tmp_path / "mine"
+    for name in ("mycache/my_dataset.arrow", "myrun/notes.txt", "myartifacts/a.bin"):
+        (mine / name).parent.mkdir(parents=True, exist_ok=True)
+        (mine / name).write_text("user")
+    ours = {"runs/d/t1/run.json": "{}", "runs/d/t1/data_fingerprint.json": "{}", "runs/d/t1/run_config.yaml": "",
+            "runs/d/t1/.hydra/config.yaml": "", "runs/d/t1/checkpoints/best/model.safetensors": "w",
+            "runs/d/t2/run.json": "{}", "runs/d/t2/checkpoints/best/my_notes.txt": "user",
+            "runs/d/t3/run.json": "{}", "runs/d/t3/.hydra/todo.txt": "user", "mlflow.db": ""}
+    for name, text in ours.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    (out / "cache").symlink_to(mine / "mycache")
+    (out / "runs/d/linked").symlink_to(mine / "myrun")
+    (out / "mlartifacts").symlink_to(mine / "myartifacts")
+    (out / "runs/d/t4").mkdir()
+    (out / "runs/d/t4/run.json").write_text("{}")
+    (out / "runs/d/t4/checkpoints").symlink_to(mine / "myrun")  # a link inside a run dir: the dir is kept
+    gone = clean(out, store=True)
+    said = capsys.readouterr().out
+    assert _files(mine) == {"mycache/my_dataset.arrow", "myrun/notes.txt", "myartifacts/a.bin"}
+    assert not (out / "runs/d/t1").exists() and not (out / "mlflow.db").exists()
+    assert (out / "runs/d/t2/checkpoints/best/my_notes.txt").is_file() and (out / "runs/d/t3/.hydra/todo.txt").is_file()
+    assert (out / "runs/d/t4/checkpoints").is_symlink()
+    assert (out / "cache").is_symlink() and (out / "runs/d/linked").is_symlink() and (out / "mlartifacts").is_symlink()
+    for name in ("cache", "linked", "mlartifacts", "t2", "t3", "t4"):
+        assert name in said, said
+    assert out / "runs/d/t1" in gone
+
+
+def test_a_failed_attempts_removal_leaves_a_linked_entry_and_its_target(tmp_path):
+    from deepen_run.run.rundir import Listing
+
+    run, mine = tmp_path / "run", tmp_path / "mine"
+    run.mkdir()
+    (run / "old.txt").write_text("before")
+    mine.mkdir()
+    (mine / "data.txt").write_text("user")
+    listing = Listing(run)
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints/x.bin").write_text("ours")
+    (run / "newlink").symlink_to(mine)
+    listing.remove_created()
+    assert (run / "old.txt").is_file() and not (run / "checkpoints").exists()
+    assert (mine / "data.txt").read_text() == "user"
+
+
+def test_report_out_refuses_a_users_file_and_a_file_as_folder(tmp_path, capsys):
+    from deepen_run.report.main import write
+    from deepen_run.errors import UserError
+
+    table = {"tasks": [], "rows": [], "contrasts": []}
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "results.md").write_text("my own results")
+    (folder / "paper.tex").write_text("x")
+    with pytest.raises(UserError, match="results.md"):
+        write(table, folder)
+    assert (folder / "results.md").read_text() == "my own results"
+    with pytest.raises(UserError, match="is a file"):
+        write(table, folder / "paper.tex")
+    fresh = tmp_path / "report"
+    first = write(table, fresh)
+    again = write(table, fresh)  # ours: rewritten
+    assert [p.name for p in first] == [p.name for p in again] == ["results.md", "results.csv", "results.png"]
+    (fresh / "results.csv").write_text("edited by hand")
+    with pytest.raises(UserError, match="results.csv"):
+        write(table, fresh)
+
+
+def test_deepen_report_out_is_one_line_exit_2(tmp_path):
+    (tmp_path / "results.md").write_text("mine")
+    exe = Path(sys.executable).with_name("deepen-report")
+    for out in (tmp_path, tmp_path / "results.md"):
+        r = subprocess.run([str(exe), "--uri", f"sqlite:///{tmp_path}/none.db", "--out", str(out)],
+                           capture_output=True, text=True, timeout=HANG)
+        assert r.returncode == 2, r.stderr
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "--out" in r.stderr
+    assert (tmp_path / "results.md").read_text() == "mine"

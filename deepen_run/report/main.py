@@ -168,17 +168,32 @@ def load_runs(uri: str, experiment: str, tags: dict[str, str]) -> list[dict]:
 
 
 def write(table: dict, out: Path) -> list[Path]:
+    """results.md, results.csv, results.png (and contrasts.png) into `out`, never over a file this tool
+    did not write there (deepen_run/safe_fs.py keeps the folder's manifest): a UserError instead."""
     from deepen_run.report.figure import contrasts_plot, methods_plot
+    from deepen_run.safe_fs import NotOurs, write_owned
 
-    out.mkdir(parents=True, exist_ok=True)
-    files = [out / "results.md", out / "results.csv", out / "results.png"]
-    files[0].write_text(to_markdown(table))
-    files[1].write_text(to_csv(table))
-    methods_plot(table).savefig(files[2], dpi=120, bbox_inches="tight")  # the legend stands outside the axes
+    files = {"results.md": lambda p: p.write_text(to_markdown(table)),
+             "results.csv": lambda p: p.write_text(to_csv(table)),
+             # the legend stands outside the axes
+             "results.png": lambda p: methods_plot(table).savefig(p, dpi=120, bbox_inches="tight")}
     if table["contrasts"]:
-        files.append(out / "contrasts.png")
-        contrasts_plot(table).savefig(files[-1], dpi=120, bbox_inches="tight")
-    return files
+        files["contrasts.png"] = lambda p: contrasts_plot(table).savefig(p, dpi=120, bbox_inches="tight")
+    try:
+        return write_owned(out, files)
+    except NotOurs as e:
+        raise UserError(f"--out {out}: {e}; pass a new or empty folder, or one deepen-report wrote") from None
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+
+
+def _check_out(out: Path) -> None:
+    from deepen_run.safe_fs import NotOurs, check_owned
+
+    try:
+        check_owned(out, ["results.md", "results.csv", "results.png", "contrasts.png"])
+    except NotOurs as e:
+        raise UserError(f"--out {out}: {e}; pass a new or empty folder, or one deepen-report wrote") from None
 
 
 def log_to_run(table: dict, tracker) -> None:
@@ -253,6 +268,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         if a.log_to_parent and not a.sweep_id:
             raise UserError("--log-to-parent needs --sweep-id (the parent is the sweep's)")
         tags = _parse_tags(a.tag)
+        if a.out:  # before reading the store: a refused --out costs nothing
+            _check_out(a.out)
         only = _parse_tasks(a.tasks) if a.tasks else None
         runs = [r for sid in a.sweep_id for r in load_runs(a.uri, a.experiment, tags | {"sweep_id": sid})] \
             if a.sweep_id else load_runs(a.uri, a.experiment, tags)

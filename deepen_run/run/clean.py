@@ -4,8 +4,9 @@ deepen_run.run.clean outputs [--store]`); run/rundir.py, the run dir's guard, sh
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
+
+from deepen_run.safe_fs import link_on_the_way, remove, remove_empty_dirs
 
 # What a sweep writes in its dir (deepen_run/sweep/jobs.py): named here, below the sweep layer, so this
 # module knows them without importing the sweep.
@@ -13,20 +14,45 @@ SWEEP_FILE = "deepen_sweep.json"
 JOBS_DIR = "deepen_jobs"
 
 # Entries a run dir or sweep dir of ours may hold; anything else marks a folder as the user's.
+# data_fingerprint.json: deepen_run/data/fingerprint.py's FILE (named here: this module is stdlib-only).
 RUN_RECORDS = ("run.json", "run_config.yaml")
 SWEEP_RECORDS = ("multirun.yaml", SWEEP_FILE, JOBS_DIR)
-OURS = frozenset({".hydra", ".lock", "checkpoints", "submission", *RUN_RECORDS, *SWEEP_RECORDS})
+OURS = frozenset({".hydra", ".lock", "checkpoints", "submission", "data_fingerprint.json", *RUN_RECORDS,
+                  *SWEEP_RECORDS})
+
+# What our folders inside a run or sweep dir hold, by suffix: Hydra's .hydra/ (config, hydra and
+# overrides .yaml), checkpoints/<step-N|best|*.tmp>/ (Accelerate's save_state: .safetensors, .bin,
+# .pkl, .pt; our trainer_state.json), submission/ (.tsv), deepen_jobs/ (.json, STOP, the resume lock).
+INSIDE = {".hydra": (".yaml",), "checkpoints": (".safetensors", ".bin", ".pkl", ".pt", ".json"),
+          "submission": (".tsv",), JOBS_DIR: (".json", ".lock", "STOP")}
+
+
+def _holds_only(folder: Path, suffixes: tuple[str, ...], depth: int) -> bool:
+    for p in folder.iterdir():
+        if p.is_symlink():
+            return False
+        if p.is_dir():
+            if depth == 0 or not _holds_only(p, suffixes, depth - 1):
+                return False
+        elif not p.name.endswith(suffixes):
+            return False
+    return True
 
 
 def _only_ours(folder: Path) -> bool:
-    """Every entry, all the way down past our own records, is one deepen-run writes."""
+    """Every entry, all the way down, is one deepen-run writes; a link anywhere is the user's."""
     for p in folder.iterdir():
-        if p.name in (".hydra", "checkpoints", "submission", JOBS_DIR, "cli.log"):
+        if p.is_symlink():
+            return False
+        if p.name in INSIDE and p.is_dir():
+            if not _holds_only(p, INSIDE[p.name], depth=1 if p.name == "checkpoints" else 0):
+                return False
+        elif p.name == "cli.log" and p.is_file():
             continue
-        if p.name.isdigit() and p.is_dir():
+        elif p.name.isdigit() and p.is_dir():
             if not _only_ours(p):
                 return False
-        elif p.name not in OURS:
+        elif p.name not in OURS or p.is_dir() != (p.name in ("checkpoints", "submission", ".hydra", JOBS_DIR)):
             return False
     return True
 
@@ -38,25 +64,36 @@ STORE = ("mlflow.db", "mlflow.db.lock", "mlartifacts", "study", "bench")
 def clean(outputs: Path, store: bool = False) -> list[Path]:
     """Remove the run dirs (outputs/runs/<date>/<time>) and sweep dirs (outputs/multiruns/<date>/<time>)
     that hold only what deepen-run writes, the tokenization cache's files, and with store=True the
-    MLflow store and the scripts' outputs. A folder with anything else in it is kept and named."""
-    removed, kept = [], []
+    MLflow store and the scripts' outputs. A folder with anything else in it is kept and named; a link
+    is never followed (deepen_run/safe_fs.py): it stays, named."""
+    removed, kept, left = [], [], []
     for base in ("runs", "multiruns"):
+        if link_on_the_way(outputs / base, outputs):
+            left.append(f"{outputs / base} is a link: not followed, left as it is")
+            continue
         for d in sorted((outputs / base).glob("*/*")):
-            (removed if d.is_dir() and _only_ours(d) else kept).append(d)
+            if link_on_the_way(d, outputs):
+                left.append(f"{d} is a link (or lies behind one): not followed, left as it is")
+            else:
+                (removed if d.is_dir() and _only_ours(d) else kept).append(d)
     cache = outputs / "cache"
-    removed += [p for p in cache.glob("*") if p.is_file() and p.suffix in (".arrow", ".lock")]
-    removed += [outputs / n for n in STORE if store and (outputs / n).exists()]
+    if cache.is_symlink():
+        left.append(f"{cache} is a link: not followed, left as it is")
+    else:
+        removed += [p for p in cache.glob("*") if not p.is_symlink() and p.is_file()
+                    and p.suffix in (".arrow", ".lock")]
+    removed += [outputs / n for n in STORE if store and ((outputs / n).exists() or (outputs / n).is_symlink())]
+    gone = []
     for p in removed:
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
+        why = remove(p, outputs)
+        (left.append(why) if why else gone.append(p))
     for folder in [*(outputs / b for b in ("runs", "multiruns")), cache]:
-        for d in sorted(folder.glob("*"), reverse=True) if folder.is_dir() else []:
-            if d.is_dir() and not any(d.iterdir()):
-                d.rmdir()
-        if folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
+        remove_empty_dirs(folder, outputs)
     for d in kept:
         print(f"kept {d}: it holds files deepen-run did not make")
-    return removed
+    for line in left:
+        print(f"kept {line}")
+    return gone
 
 
 if __name__ == "__main__":  # make clean: python -m deepen_run.run.clean <outputs> [--store]

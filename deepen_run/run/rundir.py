@@ -21,7 +21,7 @@ anything into a run or sweep dir, and after a failed attempt:
 from __future__ import annotations
 
 import os
-import shutil
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -64,8 +64,13 @@ class Listing:
         self.entries = set() if missing else {p.name for p in folder.iterdir()}
 
     def remove_created(self) -> None:
+        from deepen_run.safe_fs import remove  # one rule for every cleanup: no link followed
+
         if self.created_from is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            why = remove(self.folder, self.created_from.parent)
+            if why:
+                print(f"deepen-run: kept {why}", file=sys.stderr)
+                return
             for p in self.folder.parents:  # parents we made, emptied: rmdir never removes content
                 if not p.is_relative_to(self.created_from) or any(p.iterdir()):
                     break
@@ -73,7 +78,9 @@ class Listing:
             return
         for p in self.folder.iterdir():
             if p.name not in self.entries and p.suffix != ".log" and p.name != ".lock":
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+                why = remove(p, self.folder)
+                if why:
+                    print(f"deepen-run: kept {why}", file=sys.stderr)
 
 
 class RunDirGuard(Callback):
