@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HANG, runs_of
+from conftest import HANG, cli, runs_of
+from test_tracking_server import mlflow_server  # noqa: F401 (a live `mlflow server`, a fixture)
 from deepen_run.tracking.store import Tracker
 
 
@@ -122,3 +123,40 @@ def test_deepen_report_out_is_one_line_exit_2(tmp_path):
         assert r.returncode == 2, r.stderr
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "--out" in r.stderr
     assert (tmp_path / "results.md").read_text() == "mine"
+
+
+def test_secret_names_are_words_and_a_token_id_is_not_a_secret(monkeypatch):
+    from deepen_run.config.redact import MASK, SECRET_NAME, mask_uri, public_config
+    from conftest import make_cfg
+
+    for name in ("hf_token", "MLFLOW_TRACKING_PASSWORD", "api_key", "AWS_SECRET_ACCESS_KEY", "password"):
+        assert SECRET_NAME.search(name), name
+    for name in ("pad_token_id", "token_type_ids", "TOKENIZERS_PARALLELISM", "max_tokens"):
+        assert not SECRET_NAME.search(name), name
+    assert mask_uri("http://alice:s3c@retPW@127.0.0.1:5999/x") == f"http://alice:{MASK}@127.0.0.1:5999/x"
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # its value must not be masked everywhere
+    cfg = public_config(make_cfg("tracking.uri=http://alice:s3cretPW@127.0.0.1:5999"))
+    assert cfg["tracking"]["uri"] == f"http://alice:{MASK}@127.0.0.1:5999"
+    assert cfg["backbone"]["pad_token_id"] != MASK and cfg["data"]["group_by_length"] is not MASK
+
+
+def test_a_uri_with_user_and_password_reaches_the_server_and_the_password_stays_out(glue_dir, tmp_path,
+                                                                                    mlflow_server):  # noqa: F811
+    """The reachability check parses user:password@ (sent as basic auth); the password appears in no
+    output, param, tag, run name, cli.log or run_config.yaml."""
+    url = mlflow_server
+    uri = url.replace("http://", "http://alice:s3cretPW@")
+    run = tmp_path / "run"
+    r = cli("backbone=tiny", "task=rte", "dry_run=true", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+            f"hydra.run.dir={run}", "tracking.experiment=creds")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "s3cretPW" not in r.stdout + r.stderr and "alice:***@" in r.stdout
+    client, (got,) = runs_of(url, "creds")
+    record = str(got.data.params) + str(got.data.tags) + got.info.run_name
+    assert "s3cretPW" not in record and "alice" in got.data.params["tracking.uri"]
+    for f in run.rglob("*"):
+        if f.is_file() and f.name in ("cli.log", "run_config.yaml", "run.json"):
+            assert "s3cretPW" not in f.read_text(), f
+    bad = cli("backbone=tiny", "task=rte", "dry_run=true", f"data.glue_dir={glue_dir}",
+              "tracking.uri=http://alice:s3cretPW@127.0.0.1:9", f"hydra.run.dir={tmp_path}/run2")
+    assert bad.returncode == 2 and "s3cretPW" not in bad.stdout + bad.stderr and "not reachable" in bad.stderr

@@ -4,6 +4,10 @@ resolved ${oc.env:...} may hold a password or token.
 Masked: the value of any key that looks secret (password, token, api_key, ...), the password of a
 URL's user:password@ part, and every occurrence of the value of a secret-looking environment
 variable (MLFLOW_TRACKING_PASSWORD, HF_TOKEN, ...) wherever it ended up in a string.
+
+A name looks secret by its words (split at _ . - and case): hf_token, MLFLOW_TRACKING_PASSWORD,
+api_key do; pad_token_id, token_type_ids (an id is a number, not a secret) and TOKENIZERS_PARALLELISM
+do not. docs/reliability.md, "Secrets".
 """
 from __future__ import annotations
 
@@ -14,8 +18,38 @@ from typing import Any
 from omegaconf import OmegaConf
 
 MASK = "***"
-SECRET_NAME = re.compile(r"pass(word|wd)?|secret|token|api[_-]?key|credential|private[_-]?key|auth", re.I)
-URL_PASSWORD = re.compile(r"(://[^/:@\s]+:)([^/@\s]+)(@)")
+SECRET_WORDS = {"pass", "password", "passwd", "pwd", "secret", "token", "apikey", "credential", "credentials",
+                "auth", "authorization"}
+NOT_SECRET_LAST = {"id", "ids", "type", "types"}  # pad_token_id: a number naming a token
+# user:password@ in a URL; the password runs to the last @ before the host (it may hold one).
+URL_PASSWORD = re.compile(r"(://[^/:@\s]+:)([^\s/]+)(@)")
+
+
+class _Name:
+    @staticmethod
+    def search(name: str) -> bool:
+        words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
+        if not words or words[-1] in NOT_SECRET_LAST:
+            return False
+        pairs = {" ".join(p) for p in zip(words, words[1:])}
+        return bool(SECRET_WORDS & set(words)) or bool(pairs & {"api key", "private key", "access key"})
+
+
+SECRET_NAME = _Name()  # SECRET_NAME.search(name): does this key or variable name look secret?
+
+
+def mask_uri(uri: str) -> str:
+    """The URI as it may be shown: a user:password@ part's password as ***."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(str(uri))
+    except ValueError:
+        return mask_string(str(uri), [])
+    if u.password is None:
+        return str(uri)
+    host = u.netloc.rpartition("@")[2]
+    return urlunsplit(u._replace(netloc=f"{u.username}:{MASK}@{host}"))
 
 
 def secret_env_values() -> list[str]:
@@ -38,6 +72,17 @@ def scrub(obj: Any, secrets: list[str], key: str = "") -> Any:
     if obj is not None and SECRET_NAME.search(key):
         return MASK
     return mask_string(obj, secrets) if isinstance(obj, str) else obj
+
+
+def restore_masked(saved: Any, now: Any) -> Any:
+    """A saved config's masked leaves given back from the current one, where masking the current value
+    gives the saved one (a resume reads run_config.yaml, which holds no secret)."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        return {k: restore_masked(v, now.get(k)) for k, v in saved.items()}
+    if isinstance(saved, str) and MASK in saved and isinstance(now, str) and \
+            mask_string(now, secret_env_values()) == saved:
+        return now
+    return saved
 
 
 def public_config(cfg) -> dict:

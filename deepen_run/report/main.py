@@ -275,11 +275,13 @@ def main(argv: Optional[list[str]] = None) -> None:
             if a.sweep_id else load_runs(a.uri, a.experiment, tags)
         if a.only_contrasts and not a.contrast:
             raise UserError("--only-contrasts needs at least one --contrast A:B")
+        from deepen_run.config.redact import mask_uri
+
         table = build(runs, only, a.contrast, a.baseline, not a.only_contrasts)
         if not table["rows"]:
             raise UserError(f"no FINISHED runs with evaluated GLUE tasks in experiment {a.experiment!r} "
                             f"matching {tags or 'any tags'}{' in sweeps ' + ', '.join(a.sweep_id) if a.sweep_id else ''}"
-                            f" ({a.uri})")
+                            f" ({mask_uri(a.uri)})")
         info = sys.stderr if a.json else sys.stdout  # --json: stdout is the JSON alone
         print(to_json(table) if a.json else to_markdown(table), end="")
         if a.seeds_csv:

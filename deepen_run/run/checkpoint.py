@@ -117,8 +117,10 @@ def read_run_file(home: Path) -> dict:
 
 
 def write_run_file(home: Optional[Path], run_id: str, uri: str, experiment: str, status: str = "RUNNING") -> None:
-    if home is not None and run_id:
-        (home / RUN_FILE).write_text(json.dumps({"run_id": run_id, "tracking_uri": uri, "experiment": experiment,
+    from deepen_run.config.redact import mask_uri
+
+    if home is not None and run_id:  # a record on disk: no user:password@'s password
+        (home / RUN_FILE).write_text(json.dumps({"run_id": run_id, "tracking_uri": mask_uri(uri), "experiment": experiment,
                                                  "status": status}))
 
 

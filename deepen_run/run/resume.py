@@ -49,8 +49,10 @@ def saved_config(home: Path) -> Optional[Path]:
 def save_run_config(home: Optional[Path], cfg) -> None:
     """Called when a new run starts (never on a resume): what every later resume reads."""
     if home is not None:
-        tmp = home / f".{RUN_CONFIG}.tmp"
-        tmp.write_text(OmegaConf.to_yaml(cfg))
+        from deepen_run.config.redact import scrub, secret_env_values
+
+        tmp = home / f".{RUN_CONFIG}.tmp"  # no secret on disk: a resume takes them from its own command
+        tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(scrub(_plain(cfg, keep_resume=True), secret_env_values()))))
         tmp.replace(home / RUN_CONFIG)
 
 
@@ -60,9 +62,15 @@ def current_dir() -> Optional[Path]:
     return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
 
 
-def _plain(cfg) -> dict:
+def _plain(cfg, keep_resume: bool = False) -> dict:
+    """The config as compared between attempts: unresolved, secrets masked on both sides (the saved
+    run_config.yaml holds them masked)."""
+    from deepen_run.config.redact import scrub, secret_env_values
+
     d = OmegaConf.to_container(cfg, resolve=False)
-    d.pop("resume", None)
+    if not keep_resume:
+        d.pop("resume", None)
+        d = scrub(d, secret_env_values())
     return d
 
 
@@ -216,7 +224,10 @@ def resolve(cfg) -> tuple:
     if usable(home, report=lambda line: print(f"deepen-run: warning: {line}", file=sys.stderr)) is None:
         raise UserError(f"resume={cfg.resume}: every checkpoint in {home}/checkpoints is damaged (see the warnings); "
                         "start the run afresh in another hydra.run.dir")
-    saved = OmegaConf.load(saved_config(home))
+    from deepen_run.config.redact import restore_masked
+
+    saved = OmegaConf.create(restore_masked(OmegaConf.to_container(OmegaConf.load(saved_config(home))),
+                                            OmegaConf.to_container(cfg, resolve=False)))
     _check_overrides(cfg, saved, home)
     merged = OmegaConf.merge(OmegaConf.structured(Config), saved)
     merged.resume = str(home)

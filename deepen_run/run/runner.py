@@ -26,8 +26,10 @@ from deepen_run.util import first_line, phase
 
 
 def run_name(cfg) -> str:
-    if cfg.tracking.run_name:
-        return cfg.tracking.run_name
+    from deepen_run.config.redact import mask_string, secret_env_values
+
+    if cfg.tracking.run_name:  # a sweep child's name holds its overrides: a secret in one stays out
+        return mask_string(cfg.tracking.run_name, secret_env_values())
     tasks = "+".join(cfg.task.names)
     sched = f"-{cfg.schedule.name}" if len(cfg.task.names) > 1 else ""
     return f"{cfg.backbone.name}-{cfg.method.name}-{tasks}{sched}-s{cfg.seed}"

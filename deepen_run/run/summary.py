@@ -17,7 +17,9 @@ DEFAULT_STORE = default_store()
 def ui_hint(uri: str) -> tuple[str, str]:
     """(UI base URL, how to start it) for a tracking URI."""
     if uri.startswith("http://") or uri.startswith("https://"):
-        return uri.rstrip("/"), "the tracking server"
+        from deepen_run.config.redact import mask_uri
+
+        return mask_uri(uri).rstrip("/"), "the tracking server"  # never a user:password@'s password
     if uri == DEFAULT_STORE:
         return ui.MAKE_UI, "make ui"  # the spelling make ui serves without the Assistant over the table
     return ui.DEFAULT_UI, f"mlflow ui --backend-store-uri {uri}"

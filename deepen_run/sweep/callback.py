@@ -105,9 +105,11 @@ def open_sweep(config):
                 "dir": str(sweep_dir), "params": params, "jobs": jobs, "launcher_pid": os.getpid(), "attempt": 1}
         first_step = 0
     write_json(sweep_dir / SWEEP_FILE, info)
+    from deepen_run.config.redact import mask_uri
+
     again = f"; attempt {info['attempt']}, continuing the interrupted sweep" if old is not None else ""
     print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "
-          f"experiment {experiment!r} ({uri}); outputs in {sweep_dir}{again}", flush=True)
+          f"experiment {experiment!r} ({mask_uri(uri)}); outputs in {sweep_dir}{again}", flush=True)
     launch = Launch(info, tracker, first_step).begin()
     # the run note (results table), kept up to date as jobs end
     launch.live = sweep_summary.start(info, tracker, lambda: len(read_outcomes(sweep_dir)))

@@ -18,6 +18,7 @@ import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from deepen_run.config.redact import mask_string, mask_uri, secret_env_values
 from deepen_run.errors import UserError
 from deepen_run.util import first_line, sqlite_path
 
@@ -42,7 +43,7 @@ def _recorded(method):
             root = e
             while root.__cause__ is not None:  # sqlite3's "attempt to write a readonly database", not the wrappers
                 root = root.__cause__
-            raise TrackingLost(f"the MLflow store {self.uri} failed mid-run ({first_line(root, 300)}); fix or restore "
+            raise TrackingLost(f"the MLflow store {self.shown} failed mid-run ({hide(first_line(root, 300))}); fix or restore "
                                "it, then continue the run with resume=auto") from e
     return write
 
@@ -126,6 +127,27 @@ def get_experiment_id(client: MlflowClient, uri: str, name: str) -> str:
         return client.get_experiment_by_name(name).experiment_id
 
 
+def health(uri: str, timeout: float = 10) -> None:
+    """GET <server>/health once. urllib takes no user:password@ in a URL: the URI is parsed
+    (urllib.parse) and its credentials sent as HTTP basic auth, as MLflow's requests session does."""
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+    from urllib.request import Request, urlopen
+
+    u = urlsplit(uri)
+    host = u.netloc.rpartition("@")[2]
+    req = Request(urlunsplit(u._replace(netloc=host, path=u.path.rstrip("/") + "/health", query="", fragment="")))
+    if u.username is not None:
+        pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
+        req.add_header("Authorization", "Basic " + base64.b64encode(pair).decode())
+    urlopen(req, timeout=timeout).close()
+
+
+def hide(text: str) -> str:
+    """A message as it may be printed: URL passwords and secret environment values masked."""
+    return mask_string(text, secret_env_values())
+
+
 def git_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
@@ -137,6 +159,13 @@ def git_commit() -> str:
 class Tracker:
     def __init__(self, uri: str, experiment: str, enabled: bool = True):
         self.uri, self.experiment, self.enabled = uri, experiment, enabled
+        self.shown = mask_uri(uri)  # what a message may print: never a user:password@'s password
+        if enabled and self.shown != uri:
+            import os
+
+            # MLflow's client prints "View run ... at: <uri with the password>" as a run ends; the
+            # run's summary gives the same link, masked (run/summary.py).
+            os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
         self.run_id: Optional[str] = None
         self.logged: dict[str, set[int]] = {}  # (metric, step) pairs a resumed run already has
         self.params_logged: set[str] = set()  # params are write-once: a resume logs only new keys
@@ -159,13 +188,11 @@ class Tracker:
             return
         try:
             if self.uri.startswith(("http://", "https://")):
-                from urllib.request import urlopen
-
-                urlopen(f"{self.uri.rstrip('/')}/health", timeout=10).close()
+                health(self.uri)
             self.experiment_id = get_experiment_id(self.client, self.uri, self.experiment)
         except Exception as e:  # noqa: BLE001 (any failure here means: no store)
-            first = first_line(e, 200)
-            raise UserError(f"tracking.uri={self.uri} is not reachable ({first}); start the server "
+            first = hide(first_line(e, 200))
+            raise UserError(f"tracking.uri={self.shown} is not reachable ({first}); start the server "
                             "or use the default local store") from e
 
     def start(self, run_name: str, tags: dict[str, str], run_id: Optional[str] = None) -> str:
