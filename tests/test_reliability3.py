@@ -2,6 +2,7 @@
 follow a link or touch a file they did not write; secrets stay secret; bad input is one line."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +161,31 @@ def test_a_uri_with_user_and_password_reaches_the_server_and_the_password_stays_
     bad = cli("backbone=tiny", "task=rte", "dry_run=true", f"data.glue_dir={glue_dir}",
               "tracking.uri=http://alice:s3cretPW@127.0.0.1:9", f"hydra.run.dir={tmp_path}/run2")
     assert bad.returncode == 2 and "s3cretPW" not in bad.stdout + bad.stderr and "not reachable" in bad.stderr
+
+
+def test_a_second_launcher_of_one_sweep_is_refused_before_any_work(glue_dir, tmp_path):
+    """While one launcher holds a sweep dir (its lock, which the kernel drops when it dies), a resume of
+    that sweep is one line, exit 2, and touches neither the parent nor deepen_sweep.json."""
+    import json
+
+    from deepen_run.sweep.resume import hold
+
+    sweep = tmp_path / "sweep"
+    common = ["-m", "seed=1,2", "backbone=tiny", "task=rte", "dry_run=true", f"data.glue_dir={glue_dir}",
+              f"hydra.sweep.dir={sweep}", f"tracking.uri=sqlite:///{tmp_path}/m.db"]
+    r = cli(*common)
+    assert r.returncode == 0, r.stderr[-3000:]
+    before = json.loads((sweep / "deepen_sweep.json").read_text())
+    client, runs = runs_of(f"sqlite:///{tmp_path}/m.db")
+    (parent,) = [x for x in runs if x.data.tags.get("sweep_role") == "parent"]
+    held = hold(sweep)  # this test process is the other launcher
+    try:
+        r = cli(*common, "resume=auto")
+    finally:
+        held.close()
+    assert r.returncode == 2, r.stderr[-3000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "in use by another launcher" in lines[0] and str(os.getpid()) in lines[0], r.stderr
+    assert json.loads((sweep / "deepen_sweep.json").read_text()) == before
+    after = client.get_run(parent.info.run_id)
+    assert after.info.status == parent.info.status and after.data.tags == parent.data.tags

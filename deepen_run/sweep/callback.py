@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.errors import UserError
-from deepen_run.sweep.jobs import JOBS_DIR, SWEEP_FILE, read_outcomes, write_json
+from deepen_run.sweep.jobs import SWEEP_FILE, read_outcomes, write_json
 
 
 def count_jobs(config) -> Optional[int]:
@@ -74,13 +74,15 @@ def open_sweep(config):
     from deepen_run.run.resume import wanted
     from deepen_run.sweep.check import check_jobs
     from deepen_run.sweep.launch import Launch
-    from deepen_run.sweep.resume import check_same, jobs_of, previous, reopen
+    from deepen_run.sweep.resume import check_same, hold, jobs_of, previous, reopen
     from deepen_run.tracking.store import Tracker
 
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
     params, jobs = sweep_params(config), jobs_of(config)
     old = previous(sweep_dir)  # a sweep dir holds one sweep: continued with resume=auto, else refused
+    lock = None
     if old is not None:
+        lock = hold(sweep_dir)  # before anything else: a second resume of it at once is refused here
         check_same(old, params, jobs, sweep_dir, resume=wanted(config.resume) is not None)
     checked = check_jobs(config)
     n = checked if checked is not None else count_jobs(config)
@@ -88,7 +90,7 @@ def open_sweep(config):
     tracker = Tracker(uri, experiment)
     tracker.check()
     reap_orphans(tracker, note=orphan_note)  # runs (and a parent) whose process died, once for all the jobs
-    (sweep_dir / JOBS_DIR).mkdir(parents=True, exist_ok=True)
+    lock = lock or hold(sweep_dir)  # makes deepen_jobs/ too
     target = lambda key: str(OmegaConf.select(config, key, default="?")).rsplit(".", 1)[-1]  # noqa: E731
     # pid/host: a SIGKILLed launcher's parent is reaped like a run (lifecycle.reap_orphans)
     tags = {"sweep_role": "parent", "sweep_dir": str(sweep_dir), "launcher": target("hydra.launcher._target_"),
@@ -110,7 +112,9 @@ def open_sweep(config):
     again = f"; attempt {info['attempt']}, continuing the interrupted sweep" if old is not None else ""
     print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "
           f"experiment {experiment!r} ({mask_uri(uri)}); outputs in {sweep_dir}{again}", flush=True)
-    launch = Launch(info, tracker, first_step).begin()
+    launch = Launch(info, tracker, first_step)
+    launch.lock = lock  # held for the launcher's life: closed when the sweep ends, or by the kernel at exit
+    launch.begin()
     # the run note (results table), kept up to date as jobs end
     launch.live = sweep_summary.start(info, tracker, lambda: len(read_outcomes(sweep_dir)))
     return launch

@@ -38,6 +38,7 @@ class Launch:
         self.dir = Path(info["dir"])
         self.counts = Counts(info["n_jobs"], tracker, first_step)
         self.signum: Optional[int] = None
+        self.lock = None  # the sweep dir's launcher lock (sweep/resume.py hold)
         self.closed = False
         self.stop = threading.Event()
         self.watcher = threading.Thread(target=watch, args=(self.dir, info["n_jobs"], self.stop, self.counts),

@@ -55,6 +55,35 @@ def check_same(old: dict, params: dict, jobs: Optional[list[list[str]]], sweep_d
                         "change, or pass another hydra.sweep.dir for a new sweep")
 
 
+LOCK = "launcher.lock"  # in <sweep dir>/deepen_jobs/: held by the one launcher of the sweep
+
+
+def hold(sweep_dir: Path):
+    """One launcher a sweep dir: an exclusive flock on <sweep dir>/deepen_jobs/launcher.lock, held for
+    the launcher's life (the returned open file). The kernel drops it when the process dies, however
+    it dies, so a killed launcher never blocks the resume. A second launcher (two resumes of one
+    sweep at once) gets a UserError before it touches the parent or any job."""
+    import fcntl
+    import os
+    import socket
+
+    (sweep_dir / JOBS_DIR).mkdir(parents=True, exist_ok=True)
+    f = open(sweep_dir / JOBS_DIR / LOCK, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise UserError(f"hydra.sweep.dir={sweep_dir} is in use by another launcher of this sweep (pid host: "
+                        f"{holder}); one sweep runs once at a time: wait for it to end, or stop it first") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()} {socket.gethostname()}\n")
+    f.flush()
+    return f
+
+
 def reopen(old: dict, tracker, tags: dict) -> int:
     """The original parent run, RUNNING again with this launcher's pid; returns the step its counts
     continue at. The last attempt's job files go (each job writes its outcome anew)."""
