@@ -189,3 +189,28 @@ def test_a_second_launcher_of_one_sweep_is_refused_before_any_work(glue_dir, tmp
     assert json.loads((sweep / "deepen_sweep.json").read_text()) == before
     after = client.get_run(parent.info.run_id)
     assert after.info.status == parent.info.status and after.data.tags == parent.data.tags
+
+
+def test_a_damaged_tokenization_cache_file_is_rebuilt_with_one_warning(glue_dir, tmp_path, capsys):
+    from conftest import make_cfg
+    from deepen_run.data.glue import TASKS
+    from deepen_run.data.loaders import load_task
+    from deepen_run.model.backbone import load_tokenizer
+
+    cfg = make_cfg("backbone=tiny", "task=sst2", f"data.glue_dir={glue_dir}", f"data.cache_dir={tmp_path}/cache",
+                   "data.max_train_samples=64", "data.max_eval_samples=32", "data.max_seq_length=32")
+    tok = load_tokenizer(cfg.backbone)
+    first = load_task(TASKS["sst2"], cfg.data, tok, 1).train
+    ids, idx = list(first["input_ids"]), list(first["idx"])  # copied: `first` maps the file damaged below
+    files = sorted((tmp_path / "cache").glob("sst2-train-*.arrow"))
+    assert len(files) == 1
+    with open(files[0], "r+b") as f:  # the first 4 KB overwritten
+        f.write(b"\0" * 4096)
+    capsys.readouterr()
+    again = load_task(TASKS["sst2"], cfg.data, tok, 1)
+    err = capsys.readouterr().err
+    assert "tokenization cache file" in err and "damaged" in err and str(files[0]) in err
+    assert list(again.train["input_ids"]) == ids and list(again.train["idx"]) == idx
+    from deepen_run.data.loaders import from_cache
+
+    assert from_cache(str(files[0])) is not None  # rebuilt whole

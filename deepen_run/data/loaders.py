@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -92,6 +93,32 @@ def tokenize(ds: datasets.Dataset, tokenizer, max_len: int, path: Optional[str],
     return ds.map(fn, batched=True, remove_columns=drop, desc=f"tokenize {tag}", cache_file_name=path)
 
 
+CACHED_COLUMNS = ("label", "idx", "input_ids", "attention_mask")
+
+
+def from_cache(path: str) -> Optional[datasets.Dataset]:
+    """A cache file, memory-mapped; a damaged one (a cut or overwritten file: Arrow's IPC header or
+    schema unreadable, columns missing) is removed with one warning, and None says: tokenize again.
+    Arrow keeps no checksum, so damage inside a data buffer that leaves the structure valid is not
+    seen (docs/reliability.md, "Tokenization cache")."""
+    try:
+        ds = datasets.Dataset.from_file(path)
+        ds.data.validate()
+        missing = [c for c in CACHED_COLUMNS if c not in ds.column_names]
+        if missing:
+            raise ValueError(f"no {', '.join(missing)} column")
+        return ds
+    except Exception as e:  # noqa: BLE001 (pyarrow's ArrowInvalid, OSError, ...: the file is not usable)
+        why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        print(f"deepen-run: warning: the tokenization cache file {path} is damaged ({why}); it is removed and "
+              "the split tokenized again", file=sys.stderr)
+        try:
+            os.remove(path)
+        except OSError:
+            pass  # another process removed it first (an unwritable cache dir is refused by the pre-flight)
+        return None
+
+
 def _source_key(glue_dir, spec, stem) -> Optional[str]:
     """What the rows come from: the Hub split, or the TSV's path and content (size and SHA-256,
     20 ms for SST-2's training file; an edit that keeps size and mtime still changes it). None for
@@ -117,7 +144,9 @@ def load_task(spec: TaskSpec, dcfg, tokenizer, seed: int, with_train=True, with_
         if path and os.path.isfile(path):
             # Tokenized before from this very content, read and validated then: memory-mapped at
             # once, instead of parsing the TSV again (0.6 s for SST-2's training set).
-            return datasets.Dataset.from_file(path)
+            cached = from_cache(path)
+            if cached is not None:
+                return cached
         raw = load_raw(spec, dcfg.glue_dir, stem, hub_split, labelled)
         raw = _subsample(raw, train_size(len(raw), fraction, limit), seed)
         return tokenize(raw, tokenizer, dcfg.max_seq_length, path, tag)
