@@ -214,3 +214,27 @@ def test_a_damaged_tokenization_cache_file_is_rebuilt_with_one_warning(glue_dir,
     from deepen_run.data.loaders import from_cache
 
     assert from_cache(str(files[0])) is not None  # rebuilt whole
+
+
+def test_an_unusable_cache_dir_is_one_line_before_any_weights_load(glue_dir, tmp_path):
+    """data.cache_dir under a file (root too), and one without write permission (a non-root user only:
+    root's os.access passes; the probe file covers a read-only mount): one line, exit 2."""
+    (tmp_path / "afile").write_text("x")
+    r = cli("backbone=tiny", "task=rte", f"data.glue_dir={glue_dir}", f"data.cache_dir={tmp_path}/afile/cache")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "data.cache_dir=" in lines[0] and "is a file" in lines[0], r.stderr
+    from deepen_run.run.preflight import writable
+
+    assert writable(tmp_path / "new" / "cache") is None and "is a file" in writable(tmp_path / "afile" / "c")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits (run as a non-root user)")
+def test_a_read_only_cache_dir_as_a_non_root_user(glue_dir, tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        r = cli("backbone=tiny", "task=rte", f"data.glue_dir={glue_dir}", f"data.cache_dir={ro}/cache")
+    finally:
+        ro.chmod(0o755)
+    assert r.returncode == 2 and "data.cache_dir=" in r.stderr and "not writable" in r.stderr, r.stderr

@@ -51,6 +51,7 @@ def cheap(cfg) -> list[TaskSpec]:
     tasks = get_tasks(list(cfg.task.names))
     numbers(cfg)
     tracking_store(cfg.tracking)
+    writable_dirs(cfg)
     if not cfg.dry_run:
         tsv.check_glue_dir(cfg.data.glue_dir, tasks, need_test=cfg.predict)
         tsv.validate(cfg.data.glue_dir, tasks, test=cfg.predict)
@@ -187,6 +188,42 @@ def tracking_store(t) -> None:
     for extra in (Path(f"{db}.lock"), db.parent / "mlartifacts"):
         if extra.exists() and not os.access(extra, os.W_OK):
             raise UserError(f"tracking.uri={t.uri}: {extra} is read-only; chmod u+rw it or use another store")
+
+
+def writable(folder: Path) -> str | None:
+    """Why `folder` (made on first use, so its nearest existing ancestor is what counts) cannot take
+    our files, or None. os.access says what the permission bits allow; root passes it everywhere,
+    so a real probe file is written too (a read-only mount, a full or flaky disk refuse it)."""
+    import tempfile
+
+    here = folder
+    while not here.exists() and not here.is_symlink() and here != here.parent:
+        here = here.parent
+    if not here.is_dir():
+        return f"{here} is a file, not a folder"
+    if not os.access(here, os.W_OK | os.X_OK):
+        return f"the folder {here} is not writable (chmod u+rwx it)"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".deepen-probe-", dir=here)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"cannot write in {here} ({e.strerror or e})"
+    return None
+
+
+def writable_dirs(cfg) -> None:
+    """data.cache_dir and the run dir, before any weights load: a run would find them unwritable only
+    after tokenizing or at its first checkpoint, with a PermissionError traceback and a FAILED run."""
+    from hydra.core.hydra_config import HydraConfig
+
+    where = [("data.cache_dir", cfg.data.cache_dir)] if cfg.data.cache_dir else []
+    if HydraConfig.initialized():  # the run dir Hydra made (a sweep's launcher: its own, checked alike)
+        where.append(("hydra.run.dir", HydraConfig.get().runtime.output_dir))
+    for key, folder in where:
+        why = writable(Path(str(folder)).expanduser())
+        if why:
+            raise UserError(f"{key}={folder}: {why}; pass another {key}")
 
 
 def seq_length(cfg) -> None:
