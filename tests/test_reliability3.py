@@ -238,3 +238,32 @@ def test_a_read_only_cache_dir_as_a_non_root_user(glue_dir, tmp_path):
     finally:
         ro.chmod(0o755)
     assert r.returncode == 2 and "data.cache_dir=" in r.stderr and "not writable" in r.stderr, r.stderr
+
+
+def test_resume_of_a_run_whose_store_was_deleted_is_one_line(glue_dir, tmp_path):
+    """A killed run with a checkpoint; its store then deleted: resume=auto says the run is not in the
+    store and what to do, in one line, exit 2, before any weights load; the run dir stays."""
+    import signal
+    import time
+
+    db = tmp_path / "m.db"
+    common = ["backbone=tiny", "task=sst2", f"data.glue_dir={glue_dir}", f"tracking.uri=sqlite:///{db}",
+              f"hydra.run.dir={tmp_path}/run", "data.max_train_samples=64", "data.max_eval_samples=32",
+              "data.max_seq_length=32", "train.batch_size=8", "train.max_steps=100000", "train.save_every=5"]
+    exe = Path(sys.executable).with_name("deepen-run")
+    proc = subprocess.Popen([str(exe), *common, f"data.cache_dir={tmp_path}/cache"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + HANG
+        while not list((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")):
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=HANG)
+    db.unlink()
+    r = cli(*common, "resume=auto", f"data.cache_dir={tmp_path}/cache")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    assert "not in the MLflow store" in lines[0] and "Traceback" not in r.stderr
+    assert list((tmp_path / "run" / "checkpoints").glob("step-*"))

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from deepen_run.run import checkpoint as ck
 from deepen_run.model import steps as backbone_steps
+from deepen_run.errors import UserError
 from deepen_run.run import summary
 from deepen_run.run.context import Run
 from deepen_run.run.fast import make_accelerator
@@ -51,6 +52,10 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     if "sweep_id" not in (tags or {}):  # a sweep's launcher looks for dead runs once, for all its jobs
         reap_orphans(tracker, note=ck.orphan_note)
     run_id = ck.read_run_file(resume_home).get("run_id") if resume_home else None
+    if run_id and not tracker.has_run(run_id):  # before any weights load: MLflow would say "not found" in 55 lines
+        raise UserError(f"resume: run {run_id} of {resume_home} is not in the MLflow store {tracker.shown} (deleted "
+                        "or replaced since); restore that store to continue it, or start afresh: the same command "
+                        "without resume and with another hydra.run.dir")
     phase("store")
     set_seed(cfg.seed)
     method = METHODS[cfg.method.name]

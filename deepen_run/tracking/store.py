@@ -222,6 +222,18 @@ class Tracker:
             if tag in run.data.tags:
                 self.client.delete_tag(self.run_id, tag)
 
+    def has_run(self, run_id: str) -> bool:
+        """Is this run in the store (a resume's run.json may name one of a store since deleted)?"""
+        if not self.enabled:
+            return True
+        try:
+            self.client.get_run(run_id)
+            return True
+        except mlflow.exceptions.MlflowException as e:
+            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return False
+            raise
+
     def status(self, run_id: str) -> str:
         return self.client.get_run(run_id).info.status if self.enabled else ""
 
