@@ -267,3 +267,43 @@ def test_resume_of_a_run_whose_store_was_deleted_is_one_line(glue_dir, tmp_path)
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
     assert "not in the MLflow store" in lines[0] and "Traceback" not in r.stderr
     assert list((tmp_path / "run" / "checkpoints").glob("step-*"))
+
+
+def test_sighup_ends_a_run_killed_with_a_checkpoint(glue_dir, tmp_path):
+    """A closed terminal (SIGHUP) is treated as SIGTERM: the step is saved, the run ends KILLED, exit 129."""
+    import signal
+    import time
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    exe = Path(sys.executable).with_name("deepen-run")
+    proc = subprocess.Popen([str(exe), "backbone=tiny", "task=sst2", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+                             f"hydra.run.dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache",
+                             "data.max_train_samples=64", "data.max_eval_samples=32", "data.max_seq_length=32",
+                             "train.batch_size=8", "train.max_steps=100000", "train.save_every=5"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + HANG
+    while not list((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")):
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    err = proc.communicate(timeout=HANG)[1]
+    assert proc.returncode == 128 + signal.SIGHUP, err[-3000:]
+    client, (run,) = runs_of(uri)
+    assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGHUP"
+    assert "Traceback" not in err
+
+
+def test_a_late_dash_m_and_an_absent_report_server_are_one_line(tmp_path):
+    r = cli("task=rte", "-m", "seed=1,2")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "-m goes first" in lines[0], r.stderr
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).with_name("deepen-report")
+    r = subprocess.run([str(exe), "--uri", f"http://u:pw123456@127.0.0.1:{port}"], capture_output=True, text=True,
+                       timeout=HANG)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "not reachable" in lines[0] and "pw123456" not in r.stderr, r.stderr

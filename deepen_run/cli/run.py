@@ -141,6 +141,9 @@ def main() -> None:
         print(run_help())
         return
     phase("main")
+    late = [a for a in sys.argv[2:] if a in ("-m", "--multirun")]
+    if late:  # Hydra's argparse would say only "unrecognized arguments"
+        fail(f"{late[0]} goes first: deepen-run -m <overrides> (a sweep), e.g. deepen-run -m seed=1,2 task=rte", 2)
     sys.argv = quiet_other_ranks(sys.argv)
     os.environ["HYDRA_FULL_ERROR"] = "1"  # raise composition errors to us instead of printing them
     from hydra.errors import HydraException

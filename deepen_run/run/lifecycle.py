@@ -1,7 +1,7 @@
 """A run's life: signals that end it KILLED at a clean step, what it records about where it ran,
 and runs that a dead process left RUNNING.
 
-SIGINT (Ctrl-C), SIGTERM (kill, SLURM pre-emption) and SIGUSR1/SIGUSR2 (what schedulers send before
+SIGINT (Ctrl-C), SIGTERM (kill, SLURM pre-emption), SIGHUP (a closed terminal) and SIGUSR1/SIGUSR2 (what schedulers send before
 pre-emption or a time limit, e.g. sbatch --signal=USR1@120) raise `Interrupted`, a KeyboardInterrupt,
 so the runner ends the MLflow run KILLED. During training steps the signal is deferred to the end of
 the current step, so the checkpoint saved on the way out is a consistent state (never half an
@@ -26,7 +26,8 @@ from deepen_run.errors import UserError
 LIBRARIES = ("torch", "transformers", "datasets", "accelerate", "mlflow", "hydra-core", "omegaconf", "safetensors")
 
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+# SIGHUP: the terminal or SSH session closed; treated as SIGTERM is (saved, KILLED, exit 129).
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class Interrupted(KeyboardInterrupt):

@@ -319,7 +319,13 @@ def find_runs(uri: str, experiment: str, tags: Optional[dict[str, str]] = None,
     tags, params, metrics), oldest first. The report and the sweep read MLflow only through this."""
     db = sqlite_path(uri)
     if db and not db.is_file():
-        raise UserError(f"no MLflow database at {uri}; pass the tracking URI the runs were logged to")
+        raise UserError(f"no MLflow database at {mask_uri(uri)}; pass the tracking URI the runs were logged to")
+    if uri.startswith(("http://", "https://")):
+        try:  # once, 10 s: MLflow's own client retries an absent server for minutes
+            health(uri)
+        except Exception as e:  # noqa: BLE001 (refused, timed out, not a server: no store)
+            raise UserError(f"{mask_uri(uri)} is not reachable ({hide(first_line(e, 200))}); start the server "
+                            "or pass the tracking URI the runs were logged to") from None
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
