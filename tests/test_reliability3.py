@@ -307,3 +307,12 @@ def test_a_late_dash_m_and_an_absent_report_server_are_one_line(tmp_path):
                        timeout=HANG)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "not reachable" in lines[0] and "pw123456" not in r.stderr, r.stderr
+
+
+def test_off_a_terminal_no_library_bars_or_accelerate_info_lines(glue_dir, tmp_path):
+    r = cli("backbone=tiny", "task=sst2", f"data.glue_dir={glue_dir}", "data.max_train_samples=64",
+            "data.max_eval_samples=32", "data.max_seq_length=32", "train.batch_size=8", "train.max_steps=10",
+            "train.save_every=5", "train.save_total_limit=2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout + r.stderr
+    assert "\r" not in out and "saved in" not in out and "Saving current state" not in out, out[-3000:]

@@ -19,11 +19,18 @@ def interactive() -> bool:
 
 
 def quiet_libraries() -> None:
-    """Off a terminal, the datasets library's bars (tokenization) go too: same carriage returns."""
+    """Off a terminal, the libraries' bars go too (datasets' tokenization, transformers' "Loading
+    weights"): same carriage returns; and Accelerate's INFO lines at each checkpoint save and load
+    (five a checkpoint), which say nothing the run's own lines do not."""
     if not interactive():
+        import logging
+
         from datasets.utils.logging import disable_progress_bar
+        from transformers.utils import logging as hf_logging
 
         disable_progress_bar()
+        hf_logging.disable_progress_bar()
+        logging.getLogger("accelerate").setLevel(logging.WARNING)
 
 
 def progress(total: int, initial: int = 0, disable: bool = False, desc: str = "train"):

@@ -60,6 +60,9 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     set_seed(cfg.seed)
     method = METHODS[cfg.method.name]
 
+    from deepen_run.run.progress import quiet_libraries
+
+    quiet_libraries()  # before the weights load: transformers' bar off a terminal
     backbone, loaded, added = backbone_steps.load(cfg)  # steps before any method builds: all see them
     model = method.build(backbone, cfg.method, tasks)
     new_params = new_parameters(model, loaded, added)
