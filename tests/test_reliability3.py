@@ -316,3 +316,10 @@ def test_off_a_terminal_no_library_bars_or_accelerate_info_lines(glue_dir, tmp_p
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     assert "\r" not in out and "saved in" not in out and "Saving current state" not in out, out[-3000:]
+
+
+def test_an_arm_with_a_method_override_is_one_line():
+    for args in (["-m", "+arm=baseline,hire_g1", "method=pals"], ["+arm=baseline", "method=pals", "dry_run=true"]):
+        r = cli(*args)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and len(lines) == 1 and "an arm sets the method" in lines[0], r.stderr

@@ -144,6 +144,10 @@ def main() -> None:
     late = [a for a in sys.argv[2:] if a in ("-m", "--multirun")]
     if late:  # Hydra's argparse would say only "unrecognized arguments"
         fail(f"{late[0]} goes first: deepen-run -m <overrides> (a sweep), e.g. deepen-run -m seed=1,2 task=rte", 2)
+    keys = {a.split("=", 1)[0].lstrip("+~"): a for a in sys.argv[1:] if "=" in a}
+    if "arm" in keys and "method" in keys:  # an arm picks the method (conf/arm/): two choices, one wins
+        fail(f"{keys['arm']} and {keys['method']}: an arm sets the method itself (conf/arm/); drop "
+             f"{keys['method']}, or the arm", 2)
     sys.argv = quiet_other_ranks(sys.argv)
     os.environ["HYDRA_FULL_ERROR"] = "1"  # raise composition errors to us instead of printing them
     from hydra.errors import HydraException
