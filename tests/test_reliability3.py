@@ -323,3 +323,14 @@ def test_an_arm_with_a_method_override_is_one_line():
         r = cli(*args)
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode == 2 and len(lines) == 1 and "an arm sets the method" in lines[0], r.stderr
+
+
+def test_a_backbone_folder_with_remote_code_names_trust_remote_code(tmp_path):
+    import json
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "bert", "auto_map": {
+        "AutoModel": "modeling_x.XModel", "AutoConfig": "configuration_x.XConfig"}}))
+    r = cli("backbone=minilm", f"backbone.path={tmp_path}/m", "task=rte", "dry_run=true")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "backbone.trust_remote_code=true" in lines[0], r.stderr

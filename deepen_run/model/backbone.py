@@ -44,6 +44,7 @@ def preflight(cfg) -> None:
     if os.path.isdir(path):
         if not (Path(path) / "config.json").is_file():
             raise UserError(f"backbone folder {path} has no config.json; is it a Hugging Face model folder?")
+        _no_remote_code(Path(path) / "config.json", cfg)
         return
     if path.startswith((".", "/", "~")):
         raise UserError(f"backbone folder {path} does not exist")
@@ -60,6 +61,21 @@ def preflight(cfg) -> None:
         AutoConfig.from_pretrained(path, **kw)
     except (OSError, ValueError) as e:
         raise UserError(_hub_hint(path)) from e
+
+
+def _no_remote_code(config_json: Path, cfg) -> None:
+    """A config whose auto_map points at code shipped with the model needs backbone.trust_remote_code;
+    transformers would refuse it only later, with a traceback (docs/reliability.md, "Safety")."""
+    import json
+
+    try:
+        auto_map = json.loads(config_json.read_text()).get("auto_map")
+    except (OSError, ValueError, AttributeError):
+        return  # transformers reads it next and says what is wrong
+    if auto_map and not cfg.trust_remote_code:
+        raise UserError(f"backbone.path={cfg.path}: its config.json maps to code shipped with the model (auto_map: "
+                        f"{', '.join(sorted(auto_map))}); that code runs only with backbone.trust_remote_code=true, "
+                        "which you should set only for a model you trust")
 
 
 def depth(cfg) -> int:
