@@ -125,14 +125,17 @@ def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir, c
         home = Path(c.data.tags["run_dir"])
         status = json.loads((home / "run.json").read_text())["status"]
         assert status == c.info.status, (c.info.run_name, status, c.info.status)  # run.json tells the truth
-        if c.info.status == "KILLED":  # the workers got the signal and saved their step
-            assert list(home.glob("checkpoints/step-*")), c.info.run_name
+        if c.info.status == "KILLED" and c.data.tags.get("stopped_before_first_step") != "true":
+            assert list(home.glob("checkpoints/step-*")), c.info.run_name  # the workers saved their step
+        elif c.info.status == "KILLED":  # stopped while loading, and says so: no step to save
+            assert not list(home.glob("checkpoints/step-*")), c.info.run_name
             assert "exited without ending" not in c.data.tags.get("error", "")
     line = next(ln for ln in err.splitlines() if ln.startswith("deepen-run: sweep stopped by SIGINT"))
     # A job stopped while loading (before its MLflow run began) is killed too, with no checkpoint.
     killed = [k for k, s in outcomes(tmp_path / "sweep").items() if s == "KILLED"]
     saved = sum(bool(list((tmp_path / "sweep" / str(k)).glob("checkpoints/step-*"))) for k in killed)
-    assert saved == sum(c.info.status == "KILLED" for c in children)
+    assert saved == sum(c.info.status == "KILLED" and c.data.tags.get("stopped_before_first_step") != "true"
+                        for c in children)
     assert f"{len(killed)} unfinished job(s) are KILLED ({saved} with a checkpoint)" in line, line
 
     # The report says which children its row lacks, and why.

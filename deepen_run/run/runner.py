@@ -109,7 +109,9 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
     except KeyboardInterrupt as e:
         status = "KILLED"
         e.checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
-        tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"})
+        tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"}
+                         # no checkpoint: stopped while loading, before its first step (nothing to resume)
+                         | ({"stopped_before_first_step": "true"} if e.checkpoint is None else {}))
         raise
     except TrackingLost:
         raise  # the store is gone: nothing more can be recorded there (the checkpoint is saved)

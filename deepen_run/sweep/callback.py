@@ -63,6 +63,8 @@ class SweepCallback(Callback):
 
     def on_multirun_end(self, config, **kwargs) -> None:
         launch = getattr(self, "launch", None)
+        if launch is not None and launch.signum is not None:
+            launch.end_stopped()  # a stopped sweep whose jobs have returned: KILLED, exit 128 + signal
         if launch is not None and launch.close(interrupted=False) > 0:
             sys.exit(1)  # the sweep's exit status says whether every job finished
 

@@ -177,9 +177,25 @@ class SweepJob:
         if watchdog is not None:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         if stopped is not None:
+            if self._stopped_by_launcher():
+                return float("nan")  # recorded KILLED; raised, joblib would kill the other workers mid-save
             pass_on(getattr(stopped, "signum", 2))  # submitit: requeue; basic launcher: stop the sweep
             raise stopped
         return score
+
+    def _stopped_by_launcher(self, wait_s: float = 10.0) -> bool:
+        """Is this job in a worker process of a launcher that is stopping the sweep (its stop file)?
+        Ctrl-C reaches the whole process group at once, so the launcher's handler may write the file
+        a moment after this job has saved: it is given wait_s to appear."""
+        launcher = self.info.get("launcher_pid")
+        if not launcher or os.getpid() == launcher or os.getppid() != launcher:
+            return False  # the launcher's own process (basic launcher), or not its child (SLURM)
+        deadline = time.time() + wait_s
+        while not (self.jobs / STOP_FILE).exists():
+            if time.time() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     def _stop_if_told(self) -> None:
         """A stop that landed between this job's first look at the stop file and its start file: the

@@ -6,10 +6,12 @@ drops it when a launcher pickles the callback into a job), the signal handler an
 bound methods of it.
 
 Signals: Ctrl-C / SIGTERM of the launching process writes <sweep dir>/deepen_jobs/STOP (jobs not
-yet started then do not start), passes the signal on to the jobs running in other processes (loky
-workers, submitit processes: a job ignores the copy the process group already got), waits for them
-to save a checkpoint and end KILLED, then ends the parent KILLED and exits 128 + signal number. A
-second signal stops at once.
+yet started then do not start) and returns: the handler only marks the stop. A thread passes the
+signal on to the jobs running in other processes (loky workers, submitit processes: a job ignores the
+copy the process group already got) and waits for them to save a checkpoint and end KILLED; such a job
+returns to the sweeper instead of raising (joblib would kill the other workers mid-save). Once the
+sweeper returns, the parent ends KILLED and the launcher exits 128 + signal number. A second signal
+stops at once.
 """
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ class Launch:
         self.counts = Counts(info["n_jobs"], tracker, first_step)
         self.signum: Optional[int] = None
         self.lock = None  # the sweep dir's launcher lock (sweep/resume.py hold)
+        self.waiter: Optional[threading.Thread] = None
+        self.jobs_ended = threading.Event()
         self.closed = False
         self.stop = threading.Event()
         self.watcher = threading.Thread(target=watch, args=(self.dir, info["n_jobs"], self.stop, self.counts),
@@ -54,20 +58,35 @@ class Launch:
         return self
 
     def on_signal(self, signum, frame) -> None:
+        """Only marks the stop: the stop file, the signal passed on to running jobs, a note. The waiting
+        and the parent's closing happen outside the handler (`_wait_for_jobs`, then on_multirun_end or
+        the fallback in that thread): a handler that waits runs in the main thread, which the signal
+        may have caught inside one of its own MLflow writes, holding SQLite's write lock while the
+        jobs' own closing writes wait on it ("database is locked")."""
         if self.signum is not None or self.closed:
             raise Interrupted(signum)  # the user insists: stop now
         self.signum = signum
         jobs = self.dir / JOBS_DIR
         (jobs / STOP_FILE).write_text(f"{signal.Signals(signum).name}\n")
         running = self._running()
-        if running:
-            print(f"[sweep {self.info['sweep_id']}] stopping: {len(running)} running job(s) save a checkpoint "
-                  f"and end KILLED (a second {signal.Signals(signum).name} stops at once)", file=sys.stderr, flush=True)
+        if not running:  # nothing to wait for (a job of the basic launcher has ended KILLED already)
+            self.close(interrupted=True)
+            raise SystemExit(128 + signum)
+        print(f"[sweep {self.info['sweep_id']}] stopping: {len(running)} running job(s) save a checkpoint "
+              f"and end KILLED (a second {signal.Signals(signum).name} stops at once)", file=sys.stderr, flush=True)
+        self.waiter = threading.Thread(target=self._wait_for_jobs, args=(signum,), name="deepen-sweep-stop",
+                                       daemon=True)
+        self.waiter.start()
+
+    def _wait_for_jobs(self, signum: int) -> None:
+        """Pass the signal to each running job once (a job that started as the stop landed too; a job
+        ignores the copy its process group already got), until every one has ended or GRACE_S passed.
+        The jobs end their own runs; the launcher's joblib call then returns and on_multirun_end closes
+        the parent. Past GRACE_S (a job that hangs), the parent is closed here and the process ends."""
         told: set[int] = set()
         deadline = time.time() + GRACE_S
+        running = self._running()
         while running and time.time() < deadline:
-            # Each job's process gets the signal once, a job that started as the stop landed (past its
-            # stop-file check) too; a job ignores this copy if its process group already got one.
             for pid in set(running.values()) - told:
                 told.add(pid)
                 try:
@@ -76,8 +95,19 @@ class Launch:
                     pass
             time.sleep(0.2)
             running = self._running()
+        self.jobs_ended.set()
+        if running:
+            self.close(interrupted=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(128 + signum)
+
+    def end_stopped(self) -> None:
+        """After the sweeper returned from a stopped sweep: wait for the stop's waiter, close the
+        parent KILLED, exit 128 + signal number."""
+        self.jobs_ended.wait(GRACE_S + 60)
         self.close(interrupted=True)
-        raise SystemExit(128 + signum)
+        raise SystemExit(128 + self.signum)
 
     def _running(self) -> dict[int, int]:
         """Jobs started in another process and not ended yet: job number -> pid."""
