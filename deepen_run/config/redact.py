@@ -18,24 +18,20 @@ from typing import Any
 from omegaconf import OmegaConf
 
 MASK = "***"
-SECRET_WORDS = {"pass", "password", "passwd", "pwd", "secret", "token", "apikey", "credential", "credentials",
-                "auth", "authorization"}
-NOT_SECRET_LAST = {"id", "ids", "type", "types"}  # pad_token_id: a number naming a token
+SECRET_WORDS = frozenset({"pass", "password", "passwd", "pwd", "secret", "token", "apikey", "credential",
+                          "credentials", "auth", "authorization"})
+NOT_SECRET_LAST = frozenset({"id", "ids", "type", "types"})  # pad_token_id: a number naming a token
 # user:password@ in a URL; the password runs to the last @ before the host (it may hold one).
 URL_PASSWORD = re.compile(r"(://[^/:@\s]+:)([^\s/]+)(@)")
 
 
-class _Name:
-    @staticmethod
-    def search(name: str) -> bool:
-        words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
-        if not words or words[-1] in NOT_SECRET_LAST:
-            return False
-        pairs = {" ".join(p) for p in zip(words, words[1:])}
-        return bool(SECRET_WORDS & set(words)) or bool(pairs & {"api key", "private key", "access key"})
-
-
-SECRET_NAME = _Name()  # SECRET_NAME.search(name): does this key or variable name look secret?
+def looks_secret(name: str) -> bool:
+    """Does this key or environment variable name look secret (by its words)?"""
+    words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
+    if not words or words[-1] in NOT_SECRET_LAST:
+        return False
+    pairs = {" ".join(p) for p in zip(words, words[1:])}
+    return bool(SECRET_WORDS & set(words)) or bool(pairs & {"api key", "private key", "access key"})
 
 
 def mask_uri(uri: str) -> str:
@@ -54,7 +50,7 @@ def mask_uri(uri: str) -> str:
 
 def secret_env_values() -> list[str]:
     # Longest first, so a secret that contains another is masked whole; short values would mask noise.
-    vals = {v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= 4}
+    vals = {v for k, v in os.environ.items() if looks_secret(k) and len(v) >= 4}
     return sorted(vals, key=len, reverse=True)
 
 
@@ -69,7 +65,7 @@ def scrub(obj: Any, secrets: list[str], key: str = "") -> Any:
         return {k: scrub(v, secrets, str(k)) for k, v in obj.items()}
     if isinstance(obj, list):
         return [scrub(v, secrets, key) for v in obj]
-    if obj is not None and SECRET_NAME.search(key):
+    if obj is not None and looks_secret(key):
         return MASK
     return mask_string(obj, secrets) if isinstance(obj, str) else obj
 

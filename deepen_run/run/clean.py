@@ -23,8 +23,8 @@ OURS = frozenset({".hydra", ".lock", "checkpoints", "submission", "data_fingerpr
 # What our folders inside a run or sweep dir hold, by suffix: Hydra's .hydra/ (config, hydra and
 # overrides .yaml), checkpoints/<step-N|best|*.tmp>/ (Accelerate's save_state: .safetensors, .bin,
 # .pkl, .pt; our trainer_state.json), submission/ (.tsv), deepen_jobs/ (.json, STOP, the resume lock).
-INSIDE = {".hydra": (".yaml",), "checkpoints": (".safetensors", ".bin", ".pkl", ".pt", ".json"),
-          "submission": (".tsv",), JOBS_DIR: (".json", ".lock", "STOP")}
+INSIDE = ((".hydra", (".yaml",)), ("checkpoints", (".safetensors", ".bin", ".pkl", ".pt", ".json")),
+          ("submission", (".tsv",)), (JOBS_DIR, (".json", ".lock", "STOP")))
 
 
 def _holds_only(folder: Path, suffixes: tuple[str, ...], depth: int) -> bool:
@@ -41,11 +41,12 @@ def _holds_only(folder: Path, suffixes: tuple[str, ...], depth: int) -> bool:
 
 def _only_ours(folder: Path) -> bool:
     """Every entry, all the way down, is one deepen-run writes; a link anywhere is the user's."""
+    inside = dict(INSIDE)
     for p in folder.iterdir():
         if p.is_symlink():
             return False
-        if p.name in INSIDE and p.is_dir():
-            if not _holds_only(p, INSIDE[p.name], depth=1 if p.name == "checkpoints" else 0):
+        if p.name in inside and p.is_dir():
+            if not _holds_only(p, inside[p.name], depth=1 if p.name == "checkpoints" else 0):
                 return False
         elif p.name == "cli.log" and p.is_file():
             continue
