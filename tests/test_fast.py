@@ -58,3 +58,33 @@ def test_the_run_records_its_precision_and_optimizer(tmp_path, glue_dir):
     assert auto.data.params["train/precision_reason"].startswith("auto: ")
     r = cli(*TINY, "train.optimizer_impl=adam8bit", f"tracking.uri={uri}", f"data.glue_dir={glue_dir}")
     assert r.returncode == 2 and "train.optimizer_impl" in r.stderr and "fused" in r.stderr, r.stderr
+
+
+def _bench_limit():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parent.parent / "scripts"
+    sys.path.insert(0, str(scripts))
+    spec = importlib.util.spec_from_file_location("bench_limit", scripts / "bench_limit.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_counts_model_flops_and_sorts_profile_ops():
+    lim = _bench_limit()
+    minilm = type("C", (), {"hidden_size": 384, "intermediate_size": 1536, "num_hidden_layers": 6})
+    # 6 layers x (4 x 384^2 + 2 x 384 x 1536) = 10,616,832 matmul weights; x6, + 12 x 6 x 384 x 40 for attention
+    assert lim.flops_per_token(minilm, 40) == 6 * 10_616_832 + 12 * 6 * 384 * 40
+    groups = {op: lim.group_of(op) for op in ("aten::mm", "aten::addmm", "aten::bmm", "aten::_fused_adamw_",
+                                              "aten::_foreach_mul_", "aten::copy_", "aten::_to_copy", "aten::to",
+                                              "aten::native_layer_norm_backward", "aten::_softmax",
+                                              "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::gelu",
+                                              "aten::add_", "aten::sum")}
+    assert groups == {"aten::mm": "matmuls", "aten::addmm": "matmuls", "aten::bmm": "matmuls",
+                      "aten::_fused_adamw_": "optimizer", "aten::_foreach_mul_": "optimizer", "aten::copy_": "casts",
+                      "aten::_to_copy": "casts", "aten::to": "casts", "aten::native_layer_norm_backward": "norms",
+                      "aten::_softmax": "attention", "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
+                      "aten::gelu": "other", "aten::add_": "other", "aten::sum": "other"}
