@@ -88,3 +88,21 @@ def test_bench_counts_model_flops_and_sorts_profile_ops():
                       "aten::_to_copy": "casts", "aten::to": "casts", "aten::native_layer_norm_backward": "norms",
                       "aten::_softmax": "attention", "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
                       "aten::gelu": "other", "aten::add_": "other", "aten::sum": "other"}
+
+
+def test_bench_profile_shares_and_limit_table_on_a_tiny_encoder():
+    from transformers import BertConfig, BertModel
+
+    lim = _bench_limit()
+    cpu = torch.device("cpu")
+    tiny = BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64))
+    prof = lim.profile_shares(cpu, False, 1, encoder=tiny)
+    assert sum(prof["shares"].values()) == pytest.approx(1.0)
+    assert prof["shares"]["matmuls"] > 0 and prof["shares"]["optimizer"] > 0 and prof["shares"]["norms"] > 0
+    assert prof["calls_per_step"]["optimizer"] >= 1  # the fused kernel: one call a step, not one per tensor
+    peak = lim.peak_matmul(cpu, 128, 1)
+    assert peak["fp32"] > 0 and peak["bf16"] > 0
+    report = {"precision": "fp32", "peak_gflops": peak, "profile": prof,
+              "achieved": lim.achieved(cpu, False, peak, 1, ("minilm",), pretrained=tiny)}
+    table = lim.markdown(report)
+    assert "| minilm | 1,536 |" in table and "of bf16 peak" in table and "matmuls" in table
