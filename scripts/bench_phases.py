@@ -55,7 +55,7 @@ def _commands(tmp: str, r: int, steps: int) -> dict[str, list[str]]:
 
 
 # The dev accuracy each process prints: deepen-run's summary line, the Trainer's evaluate() dict.
-ACCURACY = re.compile(r"sst2/accuracy (\d+\.\d+)|'eval_accuracy': (\d+\.\d+)")
+ACCURACY = re.compile(r"sst2/accuracy (\d+\.\d+)|'eval_accuracy': (?:np\.float64\()?(\d+\.\d+)")
 
 
 def accuracy(stdout: str) -> float:
