@@ -78,7 +78,7 @@ def fused_adamw_ok(device_type: str) -> bool:
 
 def optimizer_impl(value: str, device_type: str) -> str:
     """train.optimizer_impl -> the AdamW kernel that runs: auto = fused where torch has it (one
-    kernel over all tensors; on this project's CPU 1.2-3x faster per update than foreach, see
+    kernel over all tensors; foreach took ~3x its time per update on this project's idle CPU,
     docs/performance.md), else foreach. An explicit choice is kept as given."""
     if value != "auto":
         return str(value)
