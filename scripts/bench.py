@@ -10,7 +10,11 @@ learning rate and schedule. Prints Markdown tables and writes outputs/bench/benc
 3. step time vs sequence length (32, 64, 128, 256);
 4. whole processes (scripts/bench_startup.py): a dry run and a rejected override as ratios to
    `python -c "import torch"`, and a 60-step HIRE run as a ratio to the same baseline run;
-5. the whole 150-step SST-2 process against the Trainer's, phase by phase (scripts/bench_phases.py).
+5. the whole 150-step SST-2 process against the Trainer's (fp32 default and bf16=True), phase by phase
+   (scripts/bench_phases.py);
+6. the machine's limit (scripts/bench_limit.py): peak matmul GFLOP/s in fp32 and bf16, the model
+   FLOP/s of MiniLM and BERT-base-sized steps as a fraction of it, a step's profile by op group;
+7. bf16 vs fp32 dev accuracy over 3 seeds, whole deepen-run processes (scripts/bench_accuracy.py).
 Contenders take turns in chunks of steps (scripts/bench_race.py) and reports are medians over
 chunks, so a noisy shared machine yields fair ratios (absolute numbers move with the load).
 
@@ -37,7 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
+import bench_accuracy  # noqa: E402
 import bench_contenders as bc  # noqa: E402
+import bench_limit  # noqa: E402
 import bench_report  # noqa: E402
 import bench_phases  # noqa: E402
 import bench_startup  # noqa: E402
@@ -82,6 +88,12 @@ def parse(argv=None):
                    help="interleaved pairs of whole processes, deepen-run vs the Trainer, phase by phase (0: skip)")
     p.add_argument("--versus-steps", type=int, default=150, help="training steps of those whole processes")
     p.add_argument("--methods-only", action="store_true", help="only the method step-time table")
+    p.add_argument("--limit-only", action="store_true", help="only the peak / model FLOP/s / profile section")
+    p.add_argument("--accuracy-seeds", type=int, nargs="*", default=[1, 2, 3],
+                   help="seeds of the bf16 vs fp32 accuracy runs (none: skip them)")
+    p.add_argument("--accuracy-steps", type=int, default=150, help="training steps of those runs")
+    p.add_argument("--accuracy-train-samples", type=int, default=None, help="their data.max_train_samples")
+    p.add_argument("--accuracy-max-len", type=int, default=128, help="their data.max_seq_length")
     p.add_argument("--method-batches", choices=("sst2", "full"), default="sst2",
                    help="method table batches: real examples, dynamically padded (sst2) or every token real (full)")
     p.add_argument("--method-override", nargs="*", default=[], help="Hydra overrides for every method model")
@@ -89,8 +101,9 @@ def parse(argv=None):
     if a.quick:
         a.steps, a.chunk, a.method_steps, a.rounds, a.lengths, a.max_eval = 8, 4, 1, 2, [32, 64], a.max_eval or 128
         a.startup_rounds, a.whole_rounds, a.versus_rounds, a.versus_steps = 1, 0, 1, 3
-    if a.startup_only and a.methods_only:
-        p.error("--startup-only and --methods-only exclude each other")
+        a.accuracy_seeds, a.accuracy_steps, a.accuracy_train_samples, a.accuracy_max_len = a.accuracy_seeds[:1], 3, 200, 64
+    if a.startup_only + a.methods_only + a.limit_only > 1:
+        p.error("--startup-only, --methods-only and --limit-only exclude each other")
     if a.steps % a.chunk or a.steps // a.chunk < 2:
         p.error("--steps must be a multiple of --chunk, at least two chunks")
     return a
@@ -226,14 +239,22 @@ def main(argv=None) -> dict:
     a = parse(argv)
     t_start, load0 = time.time(), os.getloadavg()
     report = {"settings": vars(a)}
-    if not a.methods_only:  # first, before this process's threads load the machine
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not (a.methods_only or a.limit_only):  # first, before this process's threads load the machine
         print("bench: start-up rounds", flush=True)
         report["startup"] = bench_startup.measure(a.startup_rounds, a.whole_rounds)
         if a.versus_rounds:
             report["versus"] = bench_phases.measure(a.versus_rounds, a.versus_steps)
-    if not a.startup_only:
+        if a.accuracy_seeds:
+            report["accuracy"] = bench_accuracy.measure(argparse.Namespace(
+                steps=a.accuracy_steps, seeds=a.accuracy_seeds, train_samples=a.accuracy_train_samples,
+                max_len=a.accuracy_max_len))
+    if not (a.startup_only or a.limit_only):
         training(a, report)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not (a.startup_only or a.methods_only):
+        print("bench: the machine's limit", flush=True)
+        bf16 = resolve_precision(compose_cfg(a).train.mixed_precision) == "bf16"
+        report["limit"] = in_worker(lambda: bench_limit.measure(device, bf16, a.quick))
     report["env"] = bench_report.environment(device, load0, time.time() - t_start)
     report["targets"] = bench_report.targets(report)
     md = bench_report.markdown(report)

@@ -1,8 +1,10 @@
 """Whole process against the Trainer's, phase by phase (`make bench`, part of bench_startup).
 
-The job: `deepen-run task=sst2 train.max_steps=150` and scripts/bench_trainer_job.py (the Trainer on
-the same data, settings and evaluation). Both are timed from the moment the process is launched to
-the moment it has exited, in pairs that alternate which goes first; each marks its phases
+The job: `deepen-run task=sst2 train.max_steps=150` (its defaults: bf16 autocast where the hardware
+runs it natively) and scripts/bench_trainer_job.py (the Trainer on the same data, settings and
+evaluation), once with the Trainer's default (fp32) and once with `bf16=True`. All are timed from the
+moment the process is launched to the moment it has exited, in rounds that rotate which goes first,
+each with the dev accuracy it printed; each marks its phases
 (deepen_run.util.phase, DEEPEN_PHASES=<file>), so the table shows where the seconds go:
 
   python + imports   launch -> main()               (the interpreter and the entry's module imports)
@@ -20,13 +22,14 @@ the moment it has exited, in pairs that alternate which goes first; each marks i
   run ended          -> run ended                   (deepen-run: status in the store, run.json, summary)
   teardown           -> process exited               (Hydra's job end, interpreter exit)
 
-A warm-up pair first (1 step) builds both tokenization caches and loads the GLUE metric once. The
-ratio is Trainer seconds / deepen-run seconds per pair (>= 1.0: deepen-run at least as fast),
-median over pairs.
+A warm-up round first (1 step) builds both tokenization caches and loads the GLUE metric once. A
+ratio is the Trainer's seconds / deepen-run's seconds per round (>= 1.0: deepen-run at least as fast),
+median over rounds.
 """
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -47,7 +50,17 @@ def _commands(tmp: str, r: int, steps: int) -> dict[str, list[str]]:
     cli = [str(exe)] if exe.exists() else [sys.executable, "-m", "deepen_run.cli.run"]
     return {"deepen-run": [*cli, "task=sst2", f"train.max_steps={steps}", f"hydra.run.dir={tmp}/run-{r}",
                            f"tracking.uri=sqlite:///{tmp}/mlflow.db", f"data.cache_dir={tmp}/cache"],
-            "trainer": [sys.executable, str(HERE / "bench_trainer_job.py"), f"--steps={steps}"]}
+            "trainer": [sys.executable, str(HERE / "bench_trainer_job.py"), f"--steps={steps}"],
+            "trainer-bf16": [sys.executable, str(HERE / "bench_trainer_job.py"), f"--steps={steps}", "--bf16"]}
+
+
+# The dev accuracy each process prints: deepen-run's summary line, the Trainer's evaluate() dict.
+ACCURACY = re.compile(r"sst2/accuracy (\d+\.\d+)|'eval_accuracy': (?:np\.float64\()?(\d+\.\d+)")
+
+
+def accuracy(stdout: str) -> float:
+    found = ACCURACY.findall(stdout)
+    return float(next(x for x in found[-1] if x)) if found else float("nan")
 
 
 def timed_phases(argv: list[str], env: dict, marks: Path) -> dict:
@@ -64,7 +77,7 @@ def timed_phases(argv: list[str], env: dict, marks: Path) -> dict:
             out[label] = t1 - before
         elif mark in seen:
             out[label], before = float(seen[mark]) - before, float(seen[mark])
-    return {"wall_s": t1 - t0, "phases_s": out}
+    return {"wall_s": t1 - t0, "phases_s": out, "dev_accuracy": accuracy(r.stdout)}
 
 
 def measure(rounds: int = 3, steps: int = 150) -> dict:
@@ -72,7 +85,7 @@ def measure(rounds: int = 3, steps: int = 150) -> dict:
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     load0 = os.getloadavg()
-    runs = {"deepen-run": [], "trainer": []}
+    runs = {"deepen-run": [], "trainer": [], "trainer-bf16": []}
     with tempfile.TemporaryDirectory(prefix="deepen-bench-whole-") as tmp:
         marks = Path(tmp) / "marks.txt"
         for n, argv in _commands(tmp, 0, 1).items():  # warm-up: caches, the metric script
@@ -80,12 +93,17 @@ def measure(rounds: int = 3, steps: int = 150) -> dict:
             timed_phases(argv, env, marks)
         for r in range(1, rounds + 1):
             cmds = _commands(tmp, r, steps)
-            for n in (list(cmds) if r % 2 else list(cmds)[::-1]):
-                print(f"bench: pair {r}/{rounds}: {n}, {steps} steps", flush=True)
+            names = list(cmds)[r % 3:] + list(cmds)[:r % 3]  # each goes first once in 3 rounds
+            for n in (names if r % 2 else names[::-1]):
+                print(f"bench: round {r}/{rounds}: {n}, {steps} steps", flush=True)
                 runs[n].append(timed_phases(cmds[n], env, marks))
-    ratios = [t["wall_s"] / d["wall_s"] for t, d in zip(runs["trainer"], runs["deepen-run"])]
-    return {"steps": steps, "rounds": rounds, "runs": runs, "x_trainer": statistics.median(ratios),
-            "ratios": ratios, "loadavg_start": load0, "loadavg_end": os.getloadavg()}
+    out = {"steps": steps, "rounds": rounds, "runs": runs, "loadavg_start": load0, "loadavg_end": os.getloadavg()}
+    for n, key in (("trainer", "x_trainer"), ("trainer-bf16", "x_trainer_bf16")):
+        ratios = [t["wall_s"] / d["wall_s"] for t, d in zip(runs[n], runs["deepen-run"])]
+        out[key], out[key + "_ratios"] = statistics.median(ratios), ratios
+    out["ratios"] = out["x_trainer_ratios"]
+    out["accuracy"] = {n: statistics.mean(r["dev_accuracy"] for r in rs) for n, rs in runs.items()}
+    return out
 
 
 def markdown(p: dict) -> str:
@@ -93,14 +111,22 @@ def markdown(p: dict) -> str:
         vals = [r["phases_s"][label] for r in p["runs"][n] if label in r["phases_s"]]
         return f"{statistics.median(vals):.2f}" if vals else "-"
 
+    names = [n for n in ("deepen-run", "trainer", "trainer-bf16") if p["runs"].get(n)]
+    heads = {"deepen-run": "deepen-run (default) s", "trainer": "Trainer (default, fp32) s",
+             "trainer-bf16": "Trainer bf16=True s"}
     lines = [f"### Whole process vs the Trainer: SST-2, {p['steps']} steps x 32 (median of {p['rounds']} "
-             f"interleaved pairs; load average {p['loadavg_start'][0]:.1f} -> {p['loadavg_end'][0]:.1f})", "",
-             "| phase | deepen-run s | Trainer s |", "|---|---|---|"]
-    lines += [f"| {label} | {med('deepen-run', label)} | {med('trainer', label)} |" for label, _ in PHASES]
-    walls = {n: statistics.median(r["wall_s"] for r in p["runs"][n]) for n in p["runs"]}
-    lines += [f"| **whole process** | **{walls['deepen-run']:.2f}** | **{walls['trainer']:.2f}** |", "",
-              f"deepen-run speed-up (Trainer s / deepen-run s, median of pairs): **{p['x_trainer']:.3f}** "
-              f"(pairs: {', '.join(f'{x:.3f}' for x in p['ratios'])})"]
+             f"interleaved rounds; load average {p['loadavg_start'][0]:.1f} -> {p['loadavg_end'][0]:.1f})", "",
+             "| phase | " + " | ".join(heads[n] for n in names) + " |", "|---|" + "---|" * len(names)]
+    lines += [f"| {label} | " + " | ".join(med(n, label) for n in names) + " |" for label, _ in PHASES]
+    walls = {n: statistics.median(r["wall_s"] for r in p["runs"][n]) for n in names}
+    lines += ["| **whole process** | " + " | ".join(f"**{walls[n]:.2f}**" for n in names) + " |"]
+    if "accuracy" in p:
+        lines += ["| dev accuracy (mean) | " + " | ".join(f"{p['accuracy'][n]:.4f}" for n in names) + " |"]
+    lines += [""]
+    for n, key in (("trainer", "x_trainer"), ("trainer-bf16", "x_trainer_bf16")):
+        if key in p:
+            lines += [f"- deepen-run speed-up over {heads[n][:-2]} ({n} s / deepen-run s, median of rounds): "
+                      f"**{p[key]:.3f}** (rounds: {', '.join(f'{x:.3f}' for x in p[key + '_ratios'])})"]
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import torch
 import transformers
 
+import bench_accuracy
+import bench_limit
 import bench_phases
 import bench_startup
 
@@ -28,9 +30,20 @@ def targets(r: dict) -> list[dict]:
     """The rows of whatever sections ran (--startup-only / --methods-only run one)."""
     out = bench_startup.targets(r["startup"]) if "startup" in r else []
     if "versus" in r:
-        x = r["versus"]["x_trainer"]
-        out.append({"target": f"whole {r['versus']['steps']}-step SST-2 process: Trainer s / deepen-run s",
-                    "measured": x, "wanted": ">= 1.0", "met": x >= 1.0})
+        v, job = r["versus"], f"whole {r['versus']['steps']}-step SST-2 process"
+        out.append({"target": f"{job}: Trainer (fp32) s / deepen-run s", "measured": v["x_trainer"],
+                    "wanted": ">= 1.5", "met": v["x_trainer"] >= 1.5})
+        if "x_trainer_bf16" in v:
+            out.append({"target": f"{job}: Trainer bf16=True s / deepen-run s", "measured": v["x_trainer_bf16"],
+                        "wanted": ">= 1.2", "met": v["x_trainer_bf16"] >= 1.2})
+            gap = 100 * abs(v["accuracy"]["deepen-run"] - v["accuracy"]["trainer"])
+            out.append({"target": f"{job}: \\|dev accuracy - Trainer's\\| (points)", "measured": gap,
+                        "wanted": "<= 1.0", "met": gap <= 1.0})
+    if "accuracy" in r:
+        acc = r["accuracy"]
+        out.append({"target": "bf16 - fp32 mean dev accuracy, within fp32's spread over seeds",
+                    "measured": acc["bf16_minus_fp32"], "wanted": f"\\|x\\| <= {acc['fp32_spread']:.4f}",
+                    "met": acc["holds"]})
     rows = race_targets(r["race"]) if "race" in r else []
     for name, limit in METHOD_LIMITS.items() if "methods" in r else ():
         m = r["methods"].get(name)
@@ -92,6 +105,10 @@ def markdown(r: dict) -> str:
         out += ["", bench_startup.markdown(r["startup"])]
     if "versus" in r:
         out += ["", bench_phases.markdown(r["versus"])]
+    if "accuracy" in r:
+        out += ["", bench_accuracy.markdown(r["accuracy"])]
+    if "limit" in r:
+        out += ["", bench_limit.markdown(r["limit"])]
     out += [f"torch {env['torch']}, transformers {env['transformers']}, load average {env['loadavg_start'][0]:.1f} "
             f"-> {env['loadavg_end'][0]:.1f}, bench wall time {env['wall_s']:.0f} s."]
     return "\n".join(out) + "\n"

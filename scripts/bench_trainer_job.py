@@ -7,7 +7,8 @@ The same job as `deepen-run task=sst2 train.max_steps=150` (its defaults: MiniLM
 the end), on the same batches: the one change to the Trainer is its order of examples (same_order). With DEEPEN_PHASES=<file> it marks its phases in deepen-run's format (deepen_run.util.phase),
 so scripts/bench_phases.py shows both processes phase by phase.
 
-    python scripts/bench_trainer_job.py --steps 150
+    python scripts/bench_trainer_job.py --steps 150          # the Trainer's default: fp32
+    python scripts/bench_trainer_job.py --steps 150 --bf16   # TrainingArguments(bf16=True): CPU/GPU autocast
 """
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--max-len", type=int, default=128)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True), the one flag a user sets")
     p.add_argument("--glue-dir", default=os.environ.get("DEEPEN_GLUE_DIR", "../shared/glue"))
     a = p.parse_args()
     phase("imported")
@@ -93,7 +95,7 @@ def main() -> None:
         args = TrainingArguments(output_dir=out, max_steps=a.steps, per_device_train_batch_size=a.batch_size,
                                  per_device_eval_batch_size=128, learning_rate=a.lr, warmup_steps=round(0.1 * a.steps),
                                  weight_decay=0.01, lr_scheduler_type="linear", seed=a.seed, save_strategy="no",
-                                 eval_strategy="no", logging_steps=50, report_to="none")
+                                 eval_strategy="no", logging_steps=50, report_to="none", bf16=a.bf16)
         trainer = SameBatches(model=model, args=args, train_dataset=data["train"], eval_dataset=data["validation"],
                           data_collator=DataCollatorWithPadding(tok), callbacks=[Marks()],
                           compute_metrics=lambda ev: metric.compute(predictions=np.argmax(ev.predictions, -1),

@@ -31,9 +31,11 @@ def test_only_rank_zero_keeps_hydra_outputs(monkeypatch):
     assert os.path.realpath(scratch) != os.path.realpath(os.getcwd())
 
 
-def test_mixed_precision_auto_is_fp32_on_cpu_and_typos_fail(glue_dir):
-    if not __import__("torch").cuda.is_available():
-        assert resolve_precision("auto") == "no"
+def test_mixed_precision_auto_follows_the_hardware_and_typos_fail(glue_dir):
+    from deepen_run.run.fast import cpu_flags
+
+    if not __import__("torch").cuda.is_available():  # bf16 only on a CPU with native bf16 matmuls
+        assert resolve_precision("auto") == ("bf16" if {"amx_bf16", "avx512_bf16"} & cpu_flags() else "no")
     assert resolve_precision("bf16") == "bf16"
     assert resolve_precision(make_cfg("train.mixed_precision=no").train.mixed_precision) == "no"
     with pytest.raises(ConfigCompositionException, match="train.mixed_precision=fp8") as e:

@@ -20,11 +20,20 @@ except ImportError:  # Python 3.10: the same behaviour from a str mixin
 
 
 class Precision(StrEnum):
-    """train.mixed_precision: auto = bf16 on a bf16 GPU, else no (deepen_run/run/fast.py)."""
+    """train.mixed_precision: auto = bf16 on a bf16 GPU or a CPU with AMX / AVX-512 BF16, else no
+    (deepen_run/run/fast.py)."""
     auto = "auto"
     no = "no"
     fp16 = "fp16"
     bf16 = "bf16"
+
+
+class OptimizerImpl(StrEnum):
+    """train.optimizer_impl: AdamW's kernel (deepen_run/run/fast.py, adamw_kwargs)."""
+    auto = "auto"
+    fused = "fused"
+    foreach = "foreach"
+    loop = "loop"
 
 
 class Selection(StrEnum):

@@ -21,7 +21,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from deepen_run.config.choices import DuplicateInit, Precision, ScheduleKind, Selection
+from deepen_run.config.choices import DuplicateInit, OptimizerImpl, Precision, ScheduleKind, Selection
 
 # The checkout (or install) root: conf/ and outputs/ live here, whatever Hydra's run dir is.
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +151,8 @@ class TrainConfig:
     lr_scheduler: learning-rate schedule after warm-up (transformers' get_scheduler: linear, cosine, ...)
     max_grad_norm: gradient clipping norm; 0 = no clipping
     gradient_accumulation_steps: micro-batches per optimizer step
-    mixed_precision: auto (bf16 on a bf16 GPU, else no) | no | fp16 | bf16 (Accelerate)
+    mixed_precision: auto (bf16 on a bf16 GPU or a CPU with AMX / AVX-512 BF16, else no) | no | fp16 | bf16 (Accelerate)
+    optimizer_impl: AdamW's kernel: auto (fused on CUDA and CPU) | fused | foreach | loop (one tensor at a time)
     eval_every: evaluate every N steps; 0 = only at the end
     eval_per_epoch: also evaluate at the end of every epoch (as the sampler counts them)
     model_selection: the run's result (eval/*, metrics.json, predictions, the report): final = the last step's weights; best = the weights of the best eval/score among the evaluations during training (eval_every / eval_per_epoch), evaluated again at the end, as the Trainer's load_best_model_at_end
@@ -175,6 +176,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     gradient_accumulation_steps: int = 1
     mixed_precision: Precision = Precision.auto
+    optimizer_impl: OptimizerImpl = OptimizerImpl.auto
     eval_every: int = 0
     eval_per_epoch: bool = False
     model_selection: Selection = Selection.final

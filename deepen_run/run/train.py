@@ -31,7 +31,7 @@ from deepen_run.run.context import Run, RunContext
 from deepen_run.errors import NonFiniteLoss
 from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
-from deepen_run.run.fast import fused_adamw_ok
+from deepen_run.run.fast import adamw_kwargs, optimizer_impl, run_params
 from deepen_run.run.lifecycle import guard
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
@@ -57,8 +57,8 @@ def long_run_warning(seconds_per_step: float, steps_left: int) -> str | None:
 
 
 def optimizer_for(model: torch.nn.Module, tcfg, device_type: str, new_params) -> torch.optim.Optimizer:
-    """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor). Fused kernel
-    where torch has one (CUDA and CPU): one pass over all tensors instead of many small ops.
+    """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor). Its kernel is
+    train.optimizer_impl (fast.optimizer_impl: auto = fused where torch has one, CUDA and CPU).
 
     One rule for every method, so a comparison between methods treats their new weights alike:
     `new_params`, what the method declared it created (contract.MethodModel.new_parameters: heads,
@@ -75,7 +75,8 @@ def optimizer_for(model: torch.nn.Module, tcfg, device_type: str, new_params) ->
             groups.setdefault((p.ndim >= 2, scale if id(p) in new else 1.0), []).append(p)
     params = [{"params": ps, "weight_decay": tcfg.weight_decay if decay else 0.0, "lr": tcfg.learning_rate * k}
               for (decay, k), ps in groups.items()]
-    return torch.optim.AdamW(params, lr=tcfg.learning_rate, fused=fused_adamw_ok(device_type))
+    impl = optimizer_impl(tcfg.get("optimizer_impl", "auto"), device_type)
+    return torch.optim.AdamW(params, lr=tcfg.learning_rate, **adamw_kwargs(impl))
 
 
 def scheduler_for(optimizer, tcfg, total_steps: int):
@@ -135,6 +136,7 @@ def setup(cfg, run: Run) -> Recipe:
     sampler = TaskSampler(cfg.schedule, {t: len(d.train) for t, d in data.items()}, steps_per_epoch, total, cfg.seed)
 
     optimizer = optimizer_for(model, tcfg, accelerator.device.type, run.new_params)
+    tracker.log_params(run_params(tcfg, accelerator.device.type))
     scheduler = scheduler_for(optimizer, tcfg, total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}

@@ -1,0 +1,108 @@
+"""The device fast paths (deepen_run/run/fast.py): which precision and AdamW kernel a run picks, and
+that the run records them as params."""
+import pytest
+import torch
+
+from conftest import cli, runs_of
+from deepen_run.run.fast import adamw_kwargs, choose_precision, cpu_flags, optimizer_impl, resolve_precision
+
+TINY = ["backbone=tiny", "task=rte", "train.batch_size=8", "data.max_train_samples=32", "data.max_eval_samples=32",
+        "data.max_seq_length=32", "train.max_steps=2"]
+
+
+def test_auto_is_bf16_only_where_the_hardware_runs_it_natively():
+    assert choose_precision("auto", True, set()) == ("bf16", "auto: the GPU supports bf16")
+    assert choose_precision("auto", False, {"sse2", "amx_bf16", "amx_tile"}) == ("bf16", "auto: CPU with amx_bf16")
+    assert choose_precision("auto", False, {"avx512f", "avx512_bf16"})[0] == "bf16"
+    precision, why = choose_precision("auto", False, {"avx512f", "avx2", "amx_int8"})  # no bf16 unit: fp32
+    assert precision == "no" and "no amx_bf16" in why
+    assert choose_precision("auto", False, set())[0] == "no"
+    for value in ("no", "bf16", "fp16"):  # an explicit choice is never second-guessed
+        assert choose_precision(value, True, {"amx_bf16"}) == (value, "set by train.mixed_precision")
+    assert resolve_precision("no") == "no"
+
+
+def test_cpu_flags_read_the_flags_line(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx512_bf16 amx_tile\n\n"
+                    "processor\t: 1\nflags\t\t: fpu sse2 avx512_bf16 amx_tile\n")
+    assert cpu_flags(str(info)) == {"fpu", "sse2", "avx512_bf16", "amx_tile"}
+    assert cpu_flags(str(tmp_path / "missing")) == set()
+    (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")
+    assert cpu_flags(str(tmp_path / "arm")) == set()  # not an x86 flags line: fp32 stays
+
+
+def test_optimizer_impl_auto_is_fused_and_each_choice_builds_adamw():
+    assert optimizer_impl("auto", "cpu") == optimizer_impl("auto", "cuda") == "fused"
+    assert optimizer_impl("auto", "mps") == "foreach"
+    assert optimizer_impl("loop", "cpu") == "loop"
+    p = torch.nn.Parameter(torch.ones(3))
+    for impl, key, value in (("fused", "fused", True), ("foreach", "foreach", True), ("loop", "foreach", False)):
+        opt = torch.optim.AdamW([p], **adamw_kwargs(impl))
+        assert opt.defaults[key] is value
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_run_records_its_precision_and_optimizer(tmp_path, glue_dir):
+    uri = f"sqlite:///{tmp_path}/m.db"
+    for extra in (["train.mixed_precision=no", "train.optimizer_impl=foreach"], []):
+        r = cli(*TINY, *extra, f"tracking.uri={uri}", f"data.glue_dir={glue_dir}")
+        assert r.returncode == 0, r.stderr[-3000:]
+    _, (fp32, auto) = runs_of(uri)
+    assert {k: fp32.data.params[k] for k in ("train/precision", "train/precision_reason", "train/optimizer_impl")} \
+        == {"train/precision": "no", "train/precision_reason": "set by train.mixed_precision",
+            "train/optimizer_impl": "foreach"}
+    expected = resolve_precision("auto")  # this machine's answer
+    assert auto.data.params["train/precision"] == expected and auto.data.params["train/optimizer_impl"] == "fused"
+    assert auto.data.params["train/precision_reason"].startswith("auto: ")
+    r = cli(*TINY, "train.optimizer_impl=adam8bit", f"tracking.uri={uri}", f"data.glue_dir={glue_dir}")
+    assert r.returncode == 2 and "train.optimizer_impl" in r.stderr and "fused" in r.stderr, r.stderr
+
+
+def _bench_limit():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parent.parent / "scripts"
+    sys.path.insert(0, str(scripts))
+    spec = importlib.util.spec_from_file_location("bench_limit", scripts / "bench_limit.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_counts_model_flops_and_sorts_profile_ops():
+    lim = _bench_limit()
+    minilm = type("C", (), {"hidden_size": 384, "intermediate_size": 1536, "num_hidden_layers": 6})
+    # 6 layers x (4 x 384^2 + 2 x 384 x 1536) = 10,616,832 matmul weights; x6, + 12 x 6 x 384 x 40 for attention
+    assert lim.flops_per_token(minilm, 40) == 6 * 10_616_832 + 12 * 6 * 384 * 40
+    groups = {op: lim.group_of(op) for op in ("aten::mm", "aten::addmm", "aten::bmm", "aten::_fused_adamw_",
+                                              "aten::_foreach_mul_", "aten::copy_", "aten::_to_copy", "aten::to",
+                                              "aten::native_layer_norm_backward", "aten::_softmax",
+                                              "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::gelu",
+                                              "aten::add_", "aten::sum")}
+    assert groups == {"aten::mm": "matmuls", "aten::addmm": "matmuls", "aten::bmm": "matmuls",
+                      "aten::_fused_adamw_": "optimizer", "aten::_foreach_mul_": "optimizer", "aten::copy_": "casts",
+                      "aten::_to_copy": "casts", "aten::to": "casts", "aten::native_layer_norm_backward": "norms",
+                      "aten::_softmax": "attention", "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
+                      "aten::gelu": "other", "aten::add_": "other", "aten::sum": "other"}
+
+
+def test_bench_profile_shares_and_limit_table_on_a_tiny_encoder():
+    from transformers import BertConfig, BertModel
+
+    lim = _bench_limit()
+    cpu = torch.device("cpu")
+    tiny = BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64))
+    prof = lim.profile_shares(cpu, False, 1, encoder=tiny)
+    assert sum(prof["shares"].values()) == pytest.approx(1.0)
+    assert prof["shares"]["matmuls"] > 0 and prof["shares"]["optimizer"] > 0 and prof["shares"]["norms"] > 0
+    assert prof["calls_per_step"]["optimizer"] >= 1  # the fused kernel: one call a step, not one per tensor
+    peak = lim.peak_matmul(cpu, 128, 1)
+    assert peak["fp32"] > 0 and peak["bf16"] > 0
+    report = {"precision": "fp32", "peak_gflops": peak, "profile": prof,
+              "achieved": lim.achieved(cpu, False, peak, 1, ("minilm",), pretrained=tiny)}
+    table = lim.markdown(report)
+    assert "| minilm | 1,536 |" in table and "of bf16 peak" in table and "matmuls" in table
