@@ -13,6 +13,7 @@ from deepen_run.run import checkpoint as ck
 from deepen_run.model import steps as backbone_steps
 from deepen_run.run import summary
 from deepen_run.run.context import Run
+from deepen_run.run.names import run_name, tags_for  # noqa: F401 (callers import them from here)
 from deepen_run.run.fast import make_accelerator
 from deepen_run.run.lifecycle import guard, provenance, reap_orphans
 from deepen_run.methods import METHODS
@@ -23,19 +24,6 @@ from deepen_run.run.resume import current_dir, save_run_config
 from deepen_run.data.fingerprint import save_fingerprint
 from deepen_run.tracking.store import Tracker, TrackingLost, flatten
 from deepen_run.util import first_line, phase
-
-
-def run_name(cfg) -> str:
-    if cfg.tracking.run_name:
-        return cfg.tracking.run_name
-    tasks = "+".join(cfg.task.names)
-    sched = f"-{cfg.schedule.name}" if len(cfg.task.names) > 1 else ""
-    return f"{cfg.backbone.name}-{cfg.method.name}-{tasks}{sched}-s{cfg.seed}"
-
-
-def tags_for(cfg) -> dict[str, str]:
-    return {"backbone": cfg.backbone.name, "method": cfg.method.name, "task": "+".join(cfg.task.names),
-            "schedule": cfg.schedule.name, "seed": str(cfg.seed), "dry_run": str(bool(cfg.dry_run)).lower()}
 
 
 def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -> float:

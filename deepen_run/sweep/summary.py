@@ -78,15 +78,20 @@ def child_tags(info: dict, overrides: list[str]) -> dict[str, str]:
     return out
 
 
-def child_name(base: str, seed, info: dict, overrides: list[str]) -> str:
-    """The swept values first (what tells the children apart), then the usual name:
-    `gru_layers=2 seed=1 · tiny-hire-rte`."""
+def child_name(base, seed, info: dict, overrides: list[str]) -> str:
+    """The swept values first (what tells the children apart), then the usual name without them:
+    `gru_layers=2 seed=1 · tiny-hire-rte`. base: the job's config (its name is built without the
+    swept keys, deepen_run/run/names.py) or a name already built."""
     axes = swept(info.get("params", {}))
     values = []
     for o in overrides:
         key, _, value = o.partition("=")
         if key.lstrip("+~") in axes:
             values.append(f"{short(key.lstrip('+~'))}={value}")
+    if not isinstance(base, str):
+        from deepen_run.run.names import run_name
+
+        base = run_name(base, omit=set(axes) if values else ())
     if not values:
         return base
     if "seed" in axes:
