@@ -146,6 +146,7 @@ class TrainConfig:
     eval_batch_size: examples per evaluation batch
     learning_rate: peak learning rate (AdamW)
     new_params_lr_scale: learning rate of the parameters a method or backbone step creates (heads, HIRE, PALs, gates) = this x learning_rate, for every method alike
+    layer_decay: layer-wise learning-rate decay (ELECTRA, DeBERTa): encoder layer i of L at lr x decay^(L-i), embeddings x decay^(L+1), pooler at lr, new parameters at new_params_lr_scale x lr; 1.0 = off
     weight_decay: AdamW weight decay (not on biases and LayerNorm weights)
     warmup_ratio: fraction of the steps spent warming the learning rate up
     lr_scheduler: learning-rate schedule after warm-up (transformers' get_scheduler: linear, cosine, ...)
@@ -169,6 +170,7 @@ class TrainConfig:
     eval_batch_size: int = 128
     learning_rate: float = 2e-5
     new_params_lr_scale: float = 1.0
+    layer_decay: float = 1.0
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     lr_scheduler: str = "linear"

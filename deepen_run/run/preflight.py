@@ -131,6 +131,9 @@ def numbers(cfg) -> None:
     if t.save_total_limit < 1:
         raise UserError(f"train.save_total_limit={t.save_total_limit} must be >= 1 (checkpoints to keep); "
                         "use train.save_every=0 to save none")
+    if not 0 < t.layer_decay <= 1:  # `not` also catches NaN; > 1 would train the embeddings fastest
+        raise UserError(f"train.layer_decay={t.layer_decay} must be in (0, 1] (1.0 = no layer-wise decay; "
+                        "ELECTRA and DeBERTa use 0.75-0.9)")
     if not 0 <= t.warmup_ratio <= 1:
         raise UserError(f"train.warmup_ratio={t.warmup_ratio} must be in [0, 1]")
     if t.lr_scheduler not in SCHEDULERS:

@@ -33,6 +33,7 @@ from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
 from deepen_run.run.fast import fused_adamw_ok
 from deepen_run.run.lifecycle import guard
+from deepen_run.run.param_groups import param_groups
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
@@ -65,16 +66,10 @@ def optimizer_for(model: torch.nn.Module, tcfg, device_type: str, new_params) ->
     HIRE's GRUs, PALs, an adapter inside the backbone) and what the backbone steps created (a gated
     copy's gate), train at train.new_params_lr_scale x train.learning_rate, wherever they sit;
     everything else (the pretrained backbone, its pooler, copies of its layers) at 1x. The
-    schedule then scales every group alike.
+    schedule then scales every group alike. train.layer_decay lowers the pretrained layers' rates
+    with depth (deepen_run/run/param_groups.py).
     """
-    scale = tcfg.new_params_lr_scale
-    new = {id(p) for p in new_params}
-    groups: dict[tuple, list] = {}
-    for p in model.parameters():
-        if p.requires_grad:
-            groups.setdefault((p.ndim >= 2, scale if id(p) in new else 1.0), []).append(p)
-    params = [{"params": ps, "weight_decay": tcfg.weight_decay if decay else 0.0, "lr": tcfg.learning_rate * k}
-              for (decay, k), ps in groups.items()]
+    params = param_groups(model, tcfg, new_params)
     return torch.optim.AdamW(params, lr=tcfg.learning_rate, fused=fused_adamw_ok(device_type))
 
 
