@@ -156,6 +156,8 @@ class TrainConfig:
     eval_every: evaluate every N steps; 0 = only at the end
     eval_per_epoch: also evaluate at the end of every epoch (as the sampler counts them)
     model_selection: the run's result (eval/*, metrics.json, predictions, the report): final = the last step's weights; best = the weights of the best eval/score among the evaluations during training (eval_every / eval_per_epoch), evaluated again at the end, as the Trainer's load_best_model_at_end
+    early_stopping_patience: stop after this many evaluations in a row without a better eval/score (the Trainer's EarlyStoppingCallback; needs eval_every or eval_per_epoch); the stopped step is tagged early_stopped_step; null = off
+    early_stopping_threshold: how much eval/score must beat the best so far to count as better
     log_every: log train/loss and train/lr every N steps
     compile: torch.compile the model
     save_every: full-state checkpoint every N steps for resume (0 = never); dropped when the run finishes
@@ -180,6 +182,8 @@ class TrainConfig:
     eval_every: int = 0
     eval_per_epoch: bool = False
     model_selection: Selection = Selection.final
+    early_stopping_patience: Optional[int] = None
+    early_stopping_threshold: float = 0.0
     log_every: int = neutral(10)
     compile: bool = False
     # Checkpoints (deepen_run/run/checkpoint.py). save_best defaults to null: best weights (~90 MB for

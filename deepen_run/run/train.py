@@ -28,6 +28,7 @@ from deepen_run.data import metrics as glue_metrics
 from deepen_run.model import steps as backbone_steps
 from deepen_run.run import submission
 from deepen_run.run.context import Run, RunContext
+from deepen_run.run.early_stop import EarlyStop
 from deepen_run.errors import NonFiniteLoss
 from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
@@ -161,6 +162,9 @@ def fit(r: Recipe) -> float:
     running = torch.zeros((), device=acc.device)
     # A resumed run logs the sampling probabilities of its epoch only if it starts a new one.
     seen, last, epoch = 0, None, r.sampler.epoch_of(r.start - 1) if r.start else None
+    stopper = EarlyStop(tcfg, r.saver)  # train.early_stopping_patience (deepen_run/run/early_stop.py)
+    if stopper.stopped_at:  # resumed after it had stopped early: only the tail is left
+        r.total = stopper.stopped_at
     bar = progress(r.total, r.start, disable=not acc.is_main_process)
     step_time = 0.0  # seconds in training steps (forward, backward, update), without logging and evaluation
     imports = None  # the metric imports' thread, started after the first step
@@ -204,6 +208,11 @@ def fit(r: Recipe) -> float:
                         (tcfg.eval_per_epoch and done % r.sampler.steps_per_epoch == 0):  # once per epoch, any length
                     last = evaluate_and_keep(r, done)
                     bar.set_postfix(score=f"{last[0].get('eval/score', float('nan')):.4f}")
+                    if stopper.update(last[0].get("eval/score", float("nan")), done, r.total):
+                        # The run ends at this step: what follows records, selects and predicts here.
+                        r.total = stopper.record(tracker, r.total, lambda m: acc.is_main_process and
+                                                 bar.write(m, file=sys.stderr))
+                        break
             bar.close()
             if r.total > r.start:
                 tracker.log_metrics({"train/step_time_s": step_time / (r.total - r.start)}, r.total)
