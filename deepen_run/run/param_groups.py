@@ -21,7 +21,7 @@ def layer_depths(backbone: torch.nn.Module) -> tuple[dict[int, int], int]:
     from deepen_run.model.layers import encoder_layers
 
     layers = encoder_layers(backbone)
-    depth = {id(p): 0 for p in getattr(getattr(backbone, "base_model", backbone), "embeddings").parameters()}
+    depth = {id(p): 0 for p in getattr(backbone, "base_model", backbone).embeddings.parameters()}
     for i, layer in enumerate(layers):
         depth.update({id(p): i + 1 for p in layer.parameters()})
     return depth, len(layers)
