@@ -229,7 +229,8 @@ def fit(r: Recipe) -> float:
         record(tracker, data, ev, final, r.total)
         if r.cfg.predict:
             rows = submission.write(r.model, acc, tracker, data, r.ctx.tokenizer, tcfg.eval_batch_size)
-            acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
+            acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()) +
+                      f"; {submission.ZIP}: {submission.missing_line(rows)}")
         r.ctx.evaluation = ev
         hook(r.method, "after_train")(acc.unwrap_model(r.model), r.ctx)
         phase("recorded")
