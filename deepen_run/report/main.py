@@ -263,7 +263,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if a.submission:
             from deepen_run.report.submission import gather
 
-            chosen, missing = gather(runs, a.uri, a.submission)
+            chosen, missing = gather(runs, a.uri, a.submission, task_value)
             if not chosen:
                 raise UserError(f"no FINISHED run in {a.experiment!r} has submission/ files; run with predict=true")
             for stem, name in chosen.items():

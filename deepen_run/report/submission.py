@@ -10,12 +10,10 @@ from deepen_run.run.submission import missing_line, zip_bytes
 from deepen_run.tracking import artifacts
 
 
-def gather(runs: list[dict], uri: str, out) -> tuple[dict[str, str], str]:
+def gather(runs: list[dict], uri: str, out, score) -> tuple[dict[str, str], str]:
     """deepen-report --submission: per server file, the FINISHED run (of `runs`) that logged it with
     the best dev score of its task (AX: of MNLI); writes the zip to `out`. -> (stem -> run name, the
-    missing line)."""
-    from deepen_run.report.main import task_value  # main imports this module
-
+    missing line). score(metrics, task): a run's dev score of a task (report.main.task_value)."""
     task_of = {stem: t.name for t in TASKS.values() for stem in t.submission} | {AX.submission[0]: DIAGNOSED_BY}
     best: dict[str, tuple] = {}
     for r in runs:
@@ -24,8 +22,8 @@ def gather(runs: list[dict], uri: str, out) -> tuple[dict[str, str], str]:
         for path in artifacts.files(uri, r["run_id"], "submission"):
             stem = Path(path).stem
             if path.endswith(".tsv") and stem in task_of:
-                score = task_value(r["metrics"], task_of[stem])
-                key = (score if score is not None else float("-inf"), r["run_id"])
+                value = score(r["metrics"], task_of[stem])
+                key = (value if value is not None else float("-inf"), r["run_id"])
                 if stem not in best or key[0] >= best[stem][0][0]:  # ties: the later run
                     best[stem] = (key, r, path)
     files = {}
