@@ -22,6 +22,7 @@ import re
 
 from omegaconf import OmegaConf
 
+SCORE_TAG = "score"  # the final eval/score rounded to 4 decimals, set when the run finishes
 _LINK = re.compile(r"^\$\{(method\.[\w.]+)\}$")
 
 

@@ -13,7 +13,7 @@ from deepen_run.run import checkpoint as ck
 from deepen_run.model import steps as backbone_steps
 from deepen_run.run import summary
 from deepen_run.run.context import Run
-from deepen_run.run.names import run_name, tags_for  # noqa: F401 (callers import them from here)
+from deepen_run.run.names import SCORE_TAG, run_name, tags_for  # noqa: F401 (callers import them from here)
 from deepen_run.run.fast import make_accelerator
 from deepen_run.run.lifecycle import guard, provenance, reap_orphans
 from deepen_run.methods import METHODS
@@ -82,6 +82,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         restored = True
         phase("data")
         score = train.fit(recipe)
+        # The runs table shows a metric's every digit, cut off (0.77522935…); this column reads at a glance.
+        tracker.set_tags({SCORE_TAG: f"{score:.4f}"})
         status = "FINISHED"
         return score
     except KeyboardInterrupt as e:

@@ -38,7 +38,7 @@ from deepen_run.run.param_groups import param_groups
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
-from deepen_run.run.progress import progress, quiet_libraries
+from deepen_run.run.progress import TaskLosses, progress, quiet_libraries
 from deepen_run.data.sampling import TaskSampler, epoch_length
 from deepen_run.util import phase
 
@@ -166,6 +166,7 @@ def fit(r: Recipe) -> float:
     if stopper.stopped_at:  # resumed after it had stopped early: only the tail is left
         r.total = stopper.stopped_at
     bar = progress(r.total, r.start, disable=not acc.is_main_process)
+    by_task = TaskLosses()
     step_time = 0.0  # seconds in training steps (forward, backward, update), without logging and evaluation
     imports = None  # the metric imports' thread, started after the first step
     signals = guard()
@@ -178,7 +179,9 @@ def fit(r: Recipe) -> float:
                     epoch = r.sampler.epoch_of(step)
                     tracker.log_metrics({f"sampling/p/{t}": p for t, p in r.sampler.probs(epoch).items()}, step)
                 for _ in range(tcfg.gradient_accumulation_steps):
-                    running += train_step(r, task, next(batches[task]), step) / tcfg.gradient_accumulation_steps
+                    part = train_step(r, task, next(batches[task]), step) / tcfg.gradient_accumulation_steps
+                    running += part
+                    by_task.add(task, part, 1 / tcfg.gradient_accumulation_steps)
                 step_time += time.perf_counter() - t_step
                 seen += 1
                 done = step + 1
@@ -198,7 +201,8 @@ def fit(r: Recipe) -> float:
                     mean = acc.reduce(running / seen, reduction="mean").item()
                     tracker.log_metrics({"train/loss": mean, "train/lr": r.scheduler.get_last_lr()[0],
                                          "train/epoch": r.sampler.epoch_of(step)}, done)
-                    bar.set_postfix(loss=f"{mean:.4f}", task=task)
+                    shown = by_task.line()  # each task's own mean (the console only)
+                    bar.set_postfix(loss=shown if len(r.streams) > 1 else f"{mean:.4f}")
                     running.zero_()
                     seen = 0
                 r.saver.on_step(done)  # a periodic checkpoint; a deferred signal stops the run here, saved

@@ -35,7 +35,7 @@ VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
 DEFAULT_UI = "http://127.0.0.1:5000"
 MAKE_UI = "http://localhost.:5000"  # make ui's links (see above); plain `mlflow ui` does not allow this host
 FIRST = ("metrics.`eval/score`",)
-LAST = ("tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
+LAST = ("tags.`score`", "tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
         "metrics.`params/ratio`", "metrics.`train/runtime_s`")
 
 
