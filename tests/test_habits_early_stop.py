@@ -66,5 +66,7 @@ def test_a_killed_run_resumes_to_the_same_stop(glue_dir, mlflow_uri, tmp_path):
     r = cli(*a, f"hydra.run.dir={run_dir}", "resume=auto", env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
     client, (run,) = runs_of(mlflow_uri)
+    # resume announces itself in one line
+    assert f"resuming run tiny-baseline-rte-s1 ({run.info.run_id}) at step {state['step']} of 100" in r.stdout
     assert run.info.status == "FINISHED" and run.data.tags["early_stopped_step"] == "40"
     assert steps_of(client, run) == [10, 20, 30, 40]

@@ -80,6 +80,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
 
         recipe = train.setup(cfg, Run(tasks, model, method, new_params, accelerator, tracker, home, resume_home))
         restored = True
+        if run_id:
+            accelerator.print(f"resuming run {run_name(cfg)} ({run_id}) at step {recipe.start} of {recipe.total}")
         phase("data")
         score = train.fit(recipe)
         # The runs table shows a metric's every digit, cut off (0.77522935…); this column reads at a glance.
