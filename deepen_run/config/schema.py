@@ -199,7 +199,7 @@ class TrackingConfig:
 
     uri: MLflow tracking URI (a SQLite file, or http://host:port of a server)
     experiment: MLflow experiment name
-    run_name: run name; null = <backbone>-<method>-<tasks>-s<seed>
+    run_name: run name; null = <backbone>[-<family>][+dup<layers>]-<method>[(<non-default options>)]-<tasks>-s<seed>
     """
     uri: str = neutral(STORE)
     experiment: str = neutral("deepen-run")
