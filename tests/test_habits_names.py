@@ -44,3 +44,15 @@ def test_a_sweep_child_says_its_swept_values_first_and_only_once():
     cfg = make_cfg("backbone=minilm", "task=rte", "backbone.duplicate_layers=[1]")
     assert sweep_summary.child_name(cfg, 42, {"params": dup}, ["backbone.duplicate_layers=[1]"]) == \
         "duplicate_layers=[1] · minilm-baseline-rte-s42"
+
+
+def test_keys_added_later_at_their_default_share_a_row_with_runs_logged_before_them():
+    from deepen_run.report.rows import key_of
+
+    old = {"tags": {"task": "rte", "backbone": "tiny", "method": "baseline"},
+           "params": {"method.name": "baseline", "train.learning_rate": "2e-05"}}
+    new = {"tags": old["tags"], "params": old["params"] | {"train.layer_decay": "1.0",
+                                                           "train.early_stopping_patience": "None",
+                                                           "train.early_stopping_threshold": "0.0"}}
+    decayed = {"tags": old["tags"], "params": new["params"] | {"train.layer_decay": "0.9"}}
+    assert key_of(old) == key_of(new) != key_of(decayed)
