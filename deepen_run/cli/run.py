@@ -150,6 +150,9 @@ def main() -> None:
              f"{keys['method']}, or the arm", 2)
     sys.argv = quiet_other_ranks(sys.argv)
     os.environ["HYDRA_FULL_ERROR"] = "1"  # raise composition errors to us instead of printing them
+    from deepen_run.run.progress import quiet_warnings
+
+    quiet_warnings()  # library warnings no user can act on (joblib's recycled workers)
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 

@@ -146,6 +146,7 @@ class TrainConfig:
     eval_batch_size: examples per evaluation batch
     learning_rate: peak learning rate (AdamW)
     new_params_lr_scale: learning rate of the parameters a method or backbone step creates (heads, HIRE, PALs, gates) = this x learning_rate, for every method alike
+    layer_decay: layer-wise learning-rate decay (ELECTRA, DeBERTa): encoder layer i of L at lr x decay^(L-i), embeddings x decay^(L+1), pooler at lr, new parameters at new_params_lr_scale x lr; 1.0 = off
     weight_decay: AdamW weight decay (not on biases and LayerNorm weights)
     warmup_ratio: fraction of the steps spent warming the learning rate up
     lr_scheduler: learning-rate schedule after warm-up (transformers' get_scheduler: linear, cosine, ...)
@@ -156,6 +157,8 @@ class TrainConfig:
     eval_every: evaluate every N steps; 0 = only at the end
     eval_per_epoch: also evaluate at the end of every epoch (as the sampler counts them)
     model_selection: the run's result (eval/*, metrics.json, predictions, the report): final = the last step's weights; best = the weights of the best eval/score among the evaluations during training (eval_every / eval_per_epoch), evaluated again at the end, as the Trainer's load_best_model_at_end
+    early_stopping_patience: stop after this many evaluations in a row without a better eval/score (the Trainer's EarlyStoppingCallback; needs eval_every or eval_per_epoch); the stopped step is tagged early_stopped_step; null = off
+    early_stopping_threshold: how much eval/score must beat the best so far to count as better
     log_every: log train/loss and train/lr every N steps
     compile: torch.compile the model
     save_every: full-state checkpoint every N steps for resume (0 = never); dropped when the run finishes
@@ -170,6 +173,7 @@ class TrainConfig:
     eval_batch_size: int = 128
     learning_rate: float = 2e-5
     new_params_lr_scale: float = 1.0
+    layer_decay: float = 1.0
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     lr_scheduler: str = "linear"
@@ -180,6 +184,8 @@ class TrainConfig:
     eval_every: int = 0
     eval_per_epoch: bool = False
     model_selection: Selection = Selection.final
+    early_stopping_patience: Optional[int] = None
+    early_stopping_threshold: float = 0.0
     log_every: int = neutral(10)
     compile: bool = False
     # Checkpoints (deepen_run/run/checkpoint.py). save_best defaults to null: best weights (~90 MB for
@@ -195,7 +201,7 @@ class TrackingConfig:
 
     uri: MLflow tracking URI (a SQLite file, or http://host:port of a server)
     experiment: MLflow experiment name
-    run_name: run name; null = <backbone>-<method>-<tasks>-s<seed>
+    run_name: run name; null = <backbone>[-<family>][+dup<layers>]-<method>[(<non-default options>)]-<tasks>-s<seed>
     """
     uri: str = neutral(STORE)
     experiment: str = neutral("deepen-run")

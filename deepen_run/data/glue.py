@@ -71,6 +71,13 @@ TASKS: MappingProxyType = MappingProxyType({
     ]
 })
 
+# GLUE's diagnostic set (the leaderboard's AX.tsv): MNLI's labels, predicted by the MNLI head, from
+# diagnostic/diagnostic.tsv (download_glue_data.py's layout) or the Hub's `ax` test split.
+AX = TaskSpec("ax", "diagnostic", "premise", "hypothesis", TASKS["mnli"].label_names, (),
+              ("sentence1", "sentence2", None), dev_splits=(), test_splits=(("diagnostic", "test"),),
+              submission=("AX",), tsv_label_strings=True)
+DIAGNOSED_BY = "mnli"  # the task whose head predicts AX
+
 # The eight tasks of the PALs paper (GLUE without WNLI).
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
 

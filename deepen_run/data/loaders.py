@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
 from deepen_run.errors import UserError
-from deepen_run.data.glue import TaskSpec
+from deepen_run.data.glue import AX, DIAGNOSED_BY, TaskSpec
 from deepen_run.data.tsv import check_glue_dir, read_tsv  # noqa: F401 (re-exported)
 
 
@@ -159,7 +159,19 @@ def load_task(spec: TaskSpec, dcfg, tokenizer, seed: int, with_train=True, with_
         for sub, (stem, hub) in zip(spec.submission, spec.test_splits):
             if dcfg.glue_dir is None or (Path(dcfg.glue_dir) / spec.folder / f"{stem}.tsv").is_file():
                 test[sub] = get(stem, hub, False, None)
+        if spec.name == DIAGNOSED_BY:
+            test |= _diagnostic(dcfg, tokenizer, seed)
     return TaskData(spec, train, dev, test)
+
+
+def _diagnostic(dcfg, tokenizer, seed: int) -> dict[str, datasets.Dataset]:
+    """AX, GLUE's diagnostic test set, where its file is present (or the Hub can give it)."""
+    if dcfg.glue_dir is not None and not (Path(dcfg.glue_dir) / AX.folder / "diagnostic.tsv").is_file():
+        return {}
+    try:
+        return load_task(AX, dcfg, tokenizer, seed, with_train=False, with_test=True).test
+    except UserError:  # the Hub unreachable: AX is optional, the leaderboard zip names it missing
+        return {}
 
 
 def length_grouped(ds: datasets.Dataset, batch_size: int, gen: torch.Generator):

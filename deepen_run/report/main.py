@@ -233,6 +233,7 @@ EXAMPLES = """Examples:
   deepen-report --sweep-id <a> --sweep-id <b> --tasks sst2,stsb   two grids, compared on the tasks both ran
   deepen-report --contrast 'importance=dynamic:importance=mean' --baseline 'pooling=mean'   an arm-vs-arm contrast
   deepen-report --json --seeds-csv seeds.csv     every per-seed value and contrast, for checking by hand
+  deepen-report --submission glue.zip            the GLUE leaderboard zip from predict=true runs
 """
 
 
@@ -263,6 +264,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--seeds-csv", type=Path, metavar="FILE", help="write one line per (row, task, seed) to FILE")
     p.add_argument("--out", type=Path, help="write results.md, results.csv and results.png (and contrasts.png) here")
     p.add_argument("--log-to-parent", action="store_true", help="log them under report/ of each sweep's parent run")
+    p.add_argument("--submission", type=Path, metavar="FILE.zip",
+                   help="write the GLUE leaderboard zip from the runs' submission/ files (predict=true): per file, "
+                   "the run with the best dev score of its task; the table is not printed")
     a = p.parse_args(argv)
     try:
         if a.log_to_parent and not a.sweep_id:
@@ -273,6 +277,16 @@ def main(argv: Optional[list[str]] = None) -> None:
         only = _parse_tasks(a.tasks) if a.tasks else None
         runs = [r for sid in a.sweep_id for r in load_runs(a.uri, a.experiment, tags | {"sweep_id": sid})] \
             if a.sweep_id else load_runs(a.uri, a.experiment, tags)
+        if a.submission:
+            from deepen_run.report.submission import gather
+
+            chosen, missing = gather(runs, a.uri, a.submission, task_value)
+            if not chosen:
+                raise UserError(f"no FINISHED run in {a.experiment!r} has submission/ files; run with predict=true")
+            for stem, name in chosen.items():
+                print(f"{stem}.tsv  from {name}")
+            print(f"wrote {a.submission} ({len(chosen)} files); {missing}")
+            return
         if a.only_contrasts and not a.contrast:
             raise UserError("--only-contrasts needs at least one --contrast A:B")
         from deepen_run.config.redact import mask_uri

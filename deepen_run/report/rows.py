@@ -14,6 +14,7 @@ of the key (a schedule only matters when tasks share the encoder). Multi-task ru
 from __future__ import annotations
 
 import re
+from types import MappingProxyType
 
 from deepen_run.config.schema import neutral_keys
 from deepen_run.methods import REFERENCE
@@ -44,7 +45,15 @@ def tasks_of(run: dict) -> list[str]:
     return run["tags"]["task"].split("+")
 
 
+# Keys added after runs were recorded without them: at its default (as logged), a run has the same
+# setting as one logged before the key existed, so both share a row.
+ADDED_LATER = MappingProxyType({"train.layer_decay": "1.0", "train.early_stopping_patience": "None",
+                                "train.early_stopping_threshold": "0.0"})
+
+
 def _ignored(k: str, v: str, multi: bool) -> bool:
+    if ADDED_LATER.get(k) == v:
+        return True
     if k in SEPARATE:
         return False
     if k in IGNORED or k.startswith(IGNORED_PREFIXES) or PATHLIKE_NAME.search(k):

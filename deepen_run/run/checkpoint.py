@@ -174,6 +174,7 @@ class Checkpointer:
         self.streams: dict[str, TaskStream] = {}
         self.step, self.saved_step = 0, -1
         self.best, self.best_step = -math.inf, None
+        self.extra: dict = {}  # more of the loop's state to save and restore (early stopping's counter)
 
     def wrap(self, loaders: dict, seeds: dict) -> dict:
         self.streams = {t: TaskStream(dl, seeds[t]) for t, dl in loaders.items()}
@@ -189,11 +190,12 @@ class Checkpointer:
             self.streams[t].consumed = n
         self.step = self.saved_step = st["step"]
         self.best, self.best_step = st.get("best_score", -math.inf), st.get("best_step")
+        self.extra = st.get("extra", {})
         return self.step
 
     def _state(self, step: int) -> dict:
         return {"step": step, "consumed": {t: s.consumed for t, s in self.streams.items()},
-                "best_score": self.best, "best_step": self.best_step}
+                "best_score": self.best, "best_step": self.best_step, "extra": self.extra}
 
     def _write(self, final: Path, fill) -> None:
         tmp = final.with_name(final.name + ".tmp")
@@ -221,6 +223,15 @@ class Checkpointer:
         if self.acc.is_main_process:
             for _, old in steps_of(self.root.parent)[:-self.limit]:
                 shutil.rmtree(old, ignore_errors=True)
+
+    def refresh(self, step: int) -> None:
+        """A checkpoint of `step` is saved before that step's evaluation: rewrite its state with what
+        the evaluation changed (best score, early stopping's counter), so a resume counts it."""
+        path = self.root / f"step-{step}" / STATE if self.root is not None else None
+        if step == self.saved_step and self.acc.is_main_process and path is not None and path.is_file():
+            tmp = path.with_name(STATE + ".tmp")
+            tmp.write_text(json.dumps(self._state(step)))
+            tmp.replace(path)  # atomic: a kill leaves the old state or the new one
 
     def save_best(self, model, step: int, score: float) -> None:
         if score <= self.best:

@@ -132,6 +132,9 @@ def numbers(cfg) -> None:
     if t.save_total_limit < 1:
         raise UserError(f"train.save_total_limit={t.save_total_limit} must be >= 1 (checkpoints to keep); "
                         "use train.save_every=0 to save none")
+    if not 0 < t.layer_decay <= 1:  # `not` also catches NaN; > 1 would train the embeddings fastest
+        raise UserError(f"train.layer_decay={t.layer_decay} must be in (0, 1] (1.0 = no layer-wise decay; "
+                        "ELECTRA and DeBERTa use 0.75-0.9)")
     if not 0 <= t.warmup_ratio <= 1:
         raise UserError(f"train.warmup_ratio={t.warmup_ratio} must be in [0, 1]")
     if t.lr_scheduler not in SCHEDULERS:
@@ -142,6 +145,12 @@ def numbers(cfg) -> None:
     if t.model_selection == "best" and t.save_best is False:
         raise UserError("train.model_selection=best keeps the best weights to evaluate them at the end: drop "
                         "train.save_best=false")
+    if t.early_stopping_patience is not None and (t.early_stopping_patience < 1 or
+                                                  not (t.eval_every > 0 or t.eval_per_epoch)):
+        raise UserError(f"train.early_stopping_patience={t.early_stopping_patience} counts evaluations during "
+                        "training: give a number >= 1 and set train.eval_every=N or train.eval_per_epoch=true")
+    if not 0 <= t.early_stopping_threshold < math.inf:
+        raise UserError(f"train.early_stopping_threshold={t.early_stopping_threshold} must be a finite number >= 0")
     if not math.isfinite(t.num_epochs):
         raise UserError(f"train.num_epochs={t.num_epochs} must be a finite number (or set train.max_steps)")
     if t.max_steps <= 0 and not t.num_epochs > 0:

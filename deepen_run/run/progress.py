@@ -3,11 +3,17 @@
 A bar redraws itself with carriage returns, which a log file keeps as one line per redraw (a
 150-step run wrote ~160). Off a terminal, progress is a plain line about every 5% of the run, and at
 least every PLAIN_EVERY_S seconds on a slow run: step, loss, it/s, ETA, nothing rewritten.
+
+A sweep job's lines start with its job label ([job 3], Hydra's job number + 1, as the sweep's
+"[job 3/6] started" line), so parallel jobs' lines can be told apart. A multi-task run's loss shows
+each task's mean since the last log line (a classification loss and STS-B's squared error do not
+average). quiet_warnings() drops the library warnings a user cannot act on.
 """
 from __future__ import annotations
 
 import sys
 import time
+import warnings
 
 PLAIN_LINES = 20  # lines per run, off a terminal
 PLAIN_EVERY_S = 300.0
@@ -33,7 +39,51 @@ def quiet_libraries() -> None:
         logging.getLogger("accelerate").setLevel(logging.WARNING)
 
 
+# (message regex, category, module regex): warnings about the libraries' own machinery, nothing a
+# user of deepen-run can change. joblib's loky executor warns when a worker it recycles (they
+# time out when idle) had been handed jobs: it restarts them itself.
+UNACTIONABLE = (
+    (r"A worker stopped while some jobs were given to the executor", UserWarning, r"joblib\."),
+)
+
+
+def quiet_warnings() -> None:
+    for message, category, module in UNACTIONABLE:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+
+
+def job_label() -> str:
+    """'[job 3] ' in a job of a sweep (Hydra's multirun), else ''."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        return f"[job {int(hc.job.num) + 1}] " if hc.mode == RunMode.MULTIRUN else ""
+    except (ValueError, ImportError, AttributeError, TypeError):  # not under Hydra (a library caller)
+        return ""
+
+
+class TaskLosses:
+    """Each task's mean training loss since the last log line, on the device until shown."""
+
+    def __init__(self):
+        self.sums: dict = {}
+        self.weights: dict = {}
+
+    def add(self, task: str, loss, weight: float = 1.0) -> None:
+        self.sums[task] = self.sums.get(task, 0) + loss
+        self.weights[task] = self.weights.get(task, 0.0) + weight
+
+    def line(self) -> str:
+        """'mrpc 0.6931 stsb 2.0899' (a host sync per task: call at logging cadence), then reset."""
+        out = "  ".join(f"{t} {float(s) / self.weights[t]:.4f}" for t, s in self.sums.items())
+        self.sums, self.weights = {}, {}
+        return out
+
+
 def progress(total: int, initial: int = 0, disable: bool = False, desc: str = "train"):
+    desc = job_label() + desc
     if interactive():
         from tqdm.auto import tqdm
 

@@ -14,6 +14,7 @@ from deepen_run.model import steps as backbone_steps
 from deepen_run.errors import UserError
 from deepen_run.run import summary
 from deepen_run.run.context import Run
+from deepen_run.run.names import SCORE_TAG, run_name, tags_for  # noqa: F401 (callers import them from here)
 from deepen_run.run.fast import make_accelerator
 from deepen_run.run.lifecycle import guard, provenance, reap_orphans
 from deepen_run.methods import METHODS
@@ -24,21 +25,6 @@ from deepen_run.run.resume import current_dir, save_run_config
 from deepen_run.data.fingerprint import save_fingerprint
 from deepen_run.tracking.store import Tracker, TrackingLost, flatten
 from deepen_run.util import first_line, phase
-
-
-def run_name(cfg) -> str:
-    from deepen_run.config.redact import mask_string, secret_env_values
-
-    if cfg.tracking.run_name:  # a sweep child's name holds its overrides: a secret in one stays out
-        return mask_string(cfg.tracking.run_name, secret_env_values())
-    tasks = "+".join(cfg.task.names)
-    sched = f"-{cfg.schedule.name}" if len(cfg.task.names) > 1 else ""
-    return f"{cfg.backbone.name}-{cfg.method.name}-{tasks}{sched}-s{cfg.seed}"
-
-
-def tags_for(cfg) -> dict[str, str]:
-    return {"backbone": cfg.backbone.name, "method": cfg.method.name, "task": "+".join(cfg.task.names),
-            "schedule": cfg.schedule.name, "seed": str(cfg.seed), "dry_run": str(bool(cfg.dry_run)).lower()}
 
 
 def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -> float:
@@ -102,8 +88,12 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
 
         recipe = train.setup(cfg, Run(tasks, model, method, new_params, accelerator, tracker, home, resume_home))
         restored = True
+        if run_id:
+            accelerator.print(f"resuming run {run_name(cfg)} ({run_id}) at step {recipe.start} of {recipe.total}")
         phase("data")
         score = train.fit(recipe)
+        # The runs table shows a metric's every digit, cut off (0.77522935…); this column reads at a glance.
+        tracker.set_tags({SCORE_TAG: f"{score:.4f}"})
         status = "FINISHED"
         return score
     except KeyboardInterrupt as e:

@@ -28,15 +28,17 @@ from deepen_run.data import metrics as glue_metrics
 from deepen_run.model import steps as backbone_steps
 from deepen_run.run import submission
 from deepen_run.run.context import Run, RunContext
+from deepen_run.run.early_stop import EarlyStop
 from deepen_run.errors import NonFiniteLoss
 from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
 from deepen_run.run.fast import adamw_kwargs, optimizer_impl, run_params
 from deepen_run.run.lifecycle import guard
+from deepen_run.run.param_groups import param_groups
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
-from deepen_run.run.progress import progress, quiet_libraries
+from deepen_run.run.progress import TaskLosses, progress, quiet_libraries
 from deepen_run.data.sampling import TaskSampler, epoch_length
 from deepen_run.util import phase
 
@@ -65,16 +67,10 @@ def optimizer_for(model: torch.nn.Module, tcfg, device_type: str, new_params) ->
     HIRE's GRUs, PALs, an adapter inside the backbone) and what the backbone steps created (a gated
     copy's gate), train at train.new_params_lr_scale x train.learning_rate, wherever they sit;
     everything else (the pretrained backbone, its pooler, copies of its layers) at 1x. The
-    schedule then scales every group alike.
+    schedule then scales every group alike. train.layer_decay lowers the pretrained layers' rates
+    with depth (deepen_run/run/param_groups.py).
     """
-    scale = tcfg.new_params_lr_scale
-    new = {id(p) for p in new_params}
-    groups: dict[tuple, list] = {}
-    for p in model.parameters():
-        if p.requires_grad:
-            groups.setdefault((p.ndim >= 2, scale if id(p) in new else 1.0), []).append(p)
-    params = [{"params": ps, "weight_decay": tcfg.weight_decay if decay else 0.0, "lr": tcfg.learning_rate * k}
-              for (decay, k), ps in groups.items()]
+    params = param_groups(model, tcfg, new_params)
     impl = optimizer_impl(tcfg.get("optimizer_impl", "auto"), device_type)
     return torch.optim.AdamW(params, lr=tcfg.learning_rate, **adamw_kwargs(impl))
 
@@ -168,7 +164,11 @@ def fit(r: Recipe) -> float:
     running = torch.zeros((), device=acc.device)
     # A resumed run logs the sampling probabilities of its epoch only if it starts a new one.
     seen, last, epoch = 0, None, r.sampler.epoch_of(r.start - 1) if r.start else None
+    stopper = EarlyStop(tcfg, r.saver)  # train.early_stopping_patience (deepen_run/run/early_stop.py)
+    if stopper.stopped_at:  # resumed after it had stopped early: only the tail is left
+        r.total = stopper.stopped_at
     bar = progress(r.total, r.start, disable=not acc.is_main_process)
+    by_task = TaskLosses()
     step_time = 0.0  # seconds in training steps (forward, backward, update), without logging and evaluation
     imports = None  # the metric imports' thread, started after the first step
     signals = guard()
@@ -181,7 +181,9 @@ def fit(r: Recipe) -> float:
                     epoch = r.sampler.epoch_of(step)
                     tracker.log_metrics({f"sampling/p/{t}": p for t, p in r.sampler.probs(epoch).items()}, step)
                 for _ in range(tcfg.gradient_accumulation_steps):
-                    running += train_step(r, task, next(batches[task]), step) / tcfg.gradient_accumulation_steps
+                    part = train_step(r, task, next(batches[task]), step) / tcfg.gradient_accumulation_steps
+                    running += part
+                    by_task.add(task, part, 1 / tcfg.gradient_accumulation_steps)
                 step_time += time.perf_counter() - t_step
                 seen += 1
                 done = step + 1
@@ -201,7 +203,8 @@ def fit(r: Recipe) -> float:
                     mean = acc.reduce(running / seen, reduction="mean").item()
                     tracker.log_metrics({"train/loss": mean, "train/lr": r.scheduler.get_last_lr()[0],
                                          "train/epoch": r.sampler.epoch_of(step)}, done)
-                    bar.set_postfix(loss=f"{mean:.4f}", task=task)
+                    shown = by_task.line()  # each task's own mean (the console only)
+                    bar.set_postfix(loss=shown if len(r.streams) > 1 else f"{mean:.4f}")
                     running.zero_()
                     seen = 0
                 r.saver.on_step(done)  # a periodic checkpoint; a deferred signal stops the run here, saved
@@ -211,6 +214,11 @@ def fit(r: Recipe) -> float:
                         (tcfg.eval_per_epoch and done % r.sampler.steps_per_epoch == 0):  # once per epoch, any length
                     last = evaluate_and_keep(r, done)
                     bar.set_postfix(score=f"{last[0].get('eval/score', float('nan')):.4f}")
+                    if stopper.update(last[0].get("eval/score", float("nan")), done, r.total):
+                        # The run ends at this step: what follows records, selects and predicts here.
+                        r.total = stopper.record(tracker, r.total, lambda m: acc.is_main_process and
+                                                 bar.write(m, file=sys.stderr))
+                        break
             bar.close()
             if r.total > r.start:
                 tracker.log_metrics({"train/step_time_s": step_time / (r.total - r.start)}, r.total)
@@ -227,7 +235,8 @@ def fit(r: Recipe) -> float:
         record(tracker, data, ev, final, r.total)
         if r.cfg.predict:
             rows = submission.write(r.model, acc, tracker, data, r.ctx.tokenizer, tcfg.eval_batch_size)
-            acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()))
+            acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()) +
+                      f"; {submission.ZIP}: {submission.missing_line(rows)}")
         r.ctx.evaluation = ev
         hook(r.method, "after_train")(acc.unwrap_model(r.model), r.ctx)
         phase("recorded")

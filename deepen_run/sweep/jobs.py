@@ -139,7 +139,7 @@ class SweepJob:
         if not cfg.tracking.run_name:
             from deepen_run.sweep.summary import child_name  # short, the swept values first
 
-            cfg.tracking.run_name = child_name(run_name(cfg), cfg.seed, self.info, self.overrides)
+            cfg.tracking.run_name = child_name(cfg, cfg.seed, self.info, self.overrides)
         name = run_name(cfg)
         kept = self._kept(cfg, current_dir())
         if kept is not None:  # FINISHED by an earlier attempt of this sweep: counted, not trained again

@@ -78,15 +78,20 @@ def child_tags(info: dict, overrides: list[str]) -> dict[str, str]:
     return out
 
 
-def child_name(base: str, seed, info: dict, overrides: list[str]) -> str:
-    """The swept values first (what tells the children apart), then the usual name:
-    `gru_layers=2 seed=1 · tiny-hire-rte`."""
+def child_name(base, seed, info: dict, overrides: list[str]) -> str:
+    """The swept values first (what tells the children apart), then the usual name without them:
+    `gru_layers=2 seed=1 · tiny-hire-rte`. base: the job's config (its name is built without the
+    swept keys, deepen_run/run/names.py) or a name already built."""
     axes = swept(info.get("params", {}))
     values = []
     for o in overrides:
         key, _, value = o.partition("=")
         if key.lstrip("+~") in axes:
             values.append(f"{short(key.lstrip('+~'))}={value}")
+    if not isinstance(base, str):
+        from deepen_run.run.names import run_name
+
+        base = run_name(base, omit=set(axes) if values else ())
     if not values:
         return base
     if "seed" in axes:
@@ -160,33 +165,41 @@ def figure(children: list[dict], params: dict[str, str]):
 
 # -- the note --------------------------------------------------------------------------------------
 
-COMPACT = ("#", "method", "settings", "Avg", "Δ Avg vs baseline [95% CI]", "n")
+def _cells(table_md: str) -> tuple[list[str], list[list[str]]]:
+    """The report's first table (its rows) as (header, rows of cells)."""
+    lines = list(itertools.takewhile(lambda ln: ln.startswith("|"), table_md.splitlines()))
+    cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines]
+    return cells[0], cells[2:]
 
 
-def compact(table_md: str, tasks: list[str]) -> str:
-    """The report's table cut to what the run's overview has room for: the row, its settings, each
-    task, the average, the delta to its baseline and the seeds (the same cells, fewer columns)."""
-    from deepen_run.data.glue import TASKS
-
-    keep = set(COMPACT) | {TASKS[t].folder for t in tasks}
-    lines = table_md.splitlines()
-    rows = list(itertools.takewhile(lambda ln: ln.startswith("|"), lines))  # the first table (the rows)
-    cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in rows]
-    idx = [i for i, h in enumerate(cells[0]) if h in keep]
-    out = ["| " + " | ".join(r[i] for i in idx) + " |" for r in cells]
-    out[1] = "|" + "---|" * len(idx)
-    return "\n".join(out)
+def compact(table_md: str, tasks: list[str] = ()) -> str:
+    """The report's rows in the few short lines MLflow's Overview shows before "Show more" (a
+    fixed height, about five lines, where a Markdown table also loses its cell spacing): one
+    paragraph, a row per `·`-separated entry: `**#2** hire gru_layers=2: **50.0 ± 8.8**, Δ +1.2
+    [-0.5, 2.9] (n 2)`. The cells are the table's own (Avg, its Δ to the baseline, the seeds)."""
+    head, rows = _cells(table_md)
+    col = {h: i for i, h in enumerate(head)}
+    delta = next((h for h in head if h.startswith("Δ Avg")), None)
+    out = []
+    for r in rows:
+        label = " ".join(x for x in (r[col["method"]], r[col["settings"]]) if x and x != "-")
+        d = r[col[delta]] if delta else ""
+        d = f", Δ {d.split(' (n=')[0]}" if d and d[0] in "+-0123456789" and not d.startswith("- ") else \
+            " (baseline)" if d == "(baseline)" else ""
+        out.append(f"**#{r[col['#']]}** {label}: **{r[col['Avg']]}**{d} (n {r[col['n']]})")
+    return "Avg (dev x100, mean ± std over seeds): " + " · ".join(out)
 
 
 def note(info: dict, children: list[dict], table_md: Optional[str], state: str, tasks: list[str] = ()) -> str:
-    """The run note: a compact table first (the overview shows the note's first lines until "Show
-    more"), then the report's whole table with its footnotes."""
+    """The run note: the rows in a compact paragraph first (the overview shows the note's first
+    lines until "Show more"), then the report's whole table with its footnotes."""
     n = info.get("n_jobs") or "?"
     done = sum(r["status"] == "FINISHED" for r in children)
     failed = sum(r["status"] in ("FAILED", "KILLED") for r in children)
     lines = [f"**Sweep {info['sweep_id']}** ({state}): {done} of {n} jobs finished, {failed} failed or killed.", ""]
     if table_md:
-        lines += [compact(table_md, list(tasks)), "", "The whole table:", "", table_md, "",
+        lines[0] += " " + compact(table_md, list(tasks))  # one paragraph: the rows start on the first line
+        lines += ["The whole table:", "", table_md, "",
                   f"The same table: `deepen-report --sweep-id {info['sweep_id']}`. "
                   f"eval/score against the swept keys: artifact `{FIGURE}`."]
     else:

@@ -22,6 +22,8 @@ name (--allowed-hosts, --cors-allowed-origins).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -33,7 +35,7 @@ VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
 DEFAULT_UI = "http://127.0.0.1:5000"
 MAKE_UI = "http://localhost.:5000"  # make ui's links (see above); plain `mlflow ui` does not allow this host
 FIRST = ("metrics.`eval/score`",)
-LAST = ("tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
+LAST = ("tags.`score`", "tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
         "metrics.`params/ratio`", "metrics.`train/runtime_s`")
 
 
@@ -88,7 +90,10 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store, "--default-artifact-root", artifacts,
            "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--allowed-hosts", ",".join(hosts),
            "--cors-allowed-origins", ",".join(f"http://{h}" for h in hosts)]
-    proc = subprocess.Popen(cmd)
+    # Its own process group, so stop() reaches mlflow's server workers too; SIGTERM (kill, make's
+    # forwarding of it, a job scheduler) stops it as Ctrl-C does.
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while proc.poll() is None:
             try:
@@ -109,8 +114,31 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
         sys.stdout.flush()
         return proc.wait()
     except KeyboardInterrupt:
-        proc.terminate()
-        return proc.wait()
+        return stop(proc)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> int:
+    """SIGTERM to the server's process group (the mlflow command and its workers), SIGKILL to what
+    is left after grace_s: nothing stays listening on the port."""
+    def signal_group(sig) -> bool:
+        try:
+            os.killpg(proc.pid, sig)
+            return True
+        except ProcessLookupError:  # no process of the group is left
+            return False
+
+    signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and (proc.poll() is None or signal_group(0)):
+        time.sleep(0.1)
+    signal_group(signal.SIGKILL)
+    return proc.wait()
 
 
 if __name__ == "__main__":

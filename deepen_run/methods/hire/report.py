@@ -45,18 +45,26 @@ def snippet(text: str, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str):
-    """An annotated rows x layers heatmap of alpha. Colour is the deviation from uniform (1/J = white,
-    red = leaned on, blue = neglected), so small but consistent preferences stand out."""
-    import numpy as np
+def scale(num_layers: int):
+    """The colour scale of every importance figure, fixed by J alone so figures compare and a
+    near-uniform alpha looks uniform: white = 1/J (uniform), full blue = 0 (a layer ignored), full
+    red = 2/J or more (twice its share). Not stretched to the data: 0.196 vs 0.208 stay near white."""
     from matplotlib.colors import TwoSlopeNorm
 
+    uniform = 1.0 / num_layers
+    return TwoSlopeNorm(uniform, 0.0, 2 * uniform)
+
+
+def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str):
+    """An annotated rows x layers heatmap of alpha, on the fixed scale() (red = leaned on, blue =
+    neglected, white = uniform)."""
+    import numpy as np
+
     v = np.asarray(values, dtype=float)
-    uniform = 1.0 / v.shape[1]
-    span = max(float(np.abs(v - uniform).max()), 1e-6)
+    norm = scale(v.shape[1])
     fig, ax = plt.subplots(figsize=(2.4 + 0.8 * len(cols) + 0.065 * max(map(len, rows), default=0),
                                     1.5 + 0.42 * len(rows)))
-    im = ax.imshow(v, cmap="RdBu_r", norm=TwoSlopeNorm(uniform, max(0.0, uniform - span), uniform + span), aspect="auto")
+    im = ax.imshow(v, cmap="RdBu_r", norm=norm, aspect="auto")
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows, fontsize=8 if len(rows) > 8 else 10)
     copies = "; 3' = a copy of 3" if any("'" in c for c in cols) else ""
@@ -64,8 +72,8 @@ def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str):
     for i in range(v.shape[0]):
         for j in range(v.shape[1]):
             ax.text(j, i, f"{v[i, j]:.3f}", ha="center", va="center", fontsize=7,
-                    color="white" if abs(v[i, j] - uniform) > 0.6 * span else "black")
-    fig.colorbar(im, ax=ax, label=f"α  (white = 1/{v.shape[1]})", fraction=0.046, pad=0.04)
+                    color="white" if abs(norm(v[i, j]) - 0.5) > 0.3 else "black")
+    fig.colorbar(im, ax=ax, label=f"α  (white = uniform, 1/{v.shape[1]})", fraction=0.046, pad=0.04, extend="max")
     fig.tight_layout()
     return fig
 

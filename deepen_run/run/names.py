@@ -1,0 +1,106 @@
+"""A run's default name and its standard tags: light (omegaconf and the method registry only).
+
+The name carries what tells a run apart from its neighbours in MLflow's runs table, shortest first:
+
+  <backbone>[-<family>][+dup<layers>[:gated]]-<method>[(<non-default options>)]-<tasks>[-<schedule>]-s<seed>
+
+  minilm+dup2.3-baseline-sst2-s42          backbone.duplicate_layers=[2,3]
+  tiny-deberta-v2-hire-rte-s42             backbone=tiny backbone.model_type=deberta-v2
+  tiny-hire(gru_layers=1)-rte-s42          method.gru_layers=1 (the schema's default is 2)
+
+The family is named only for a randomly initialised backbone (pretrained=false: `tiny` names a
+size, not an architecture) whose model_type is not the schema's default (bert). A method option is
+named when it differs from the method's dataclass default, except neutral keys (they cannot change
+the result) and those a backbone key is linked to (method=duplicate's `layers`, already said by
++dup). A sweep's child omits its swept keys here: deepen_run/sweep/summary.py puts them first.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+
+from omegaconf import OmegaConf
+
+SCORE_TAG = "score"  # the final eval/score rounded to 4 decimals, set when the run finishes
+_LINK = re.compile(r"^\$\{(method\.[\w.]+)\}$")
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, enum.Enum):
+        return str(v.value)
+    if isinstance(v, (list, tuple)):
+        return ".".join(_value(x) for x in v)
+    return "null" if v is None else str(v)
+
+
+def _linked(cfg) -> set[str]:
+    """Method keys a backbone key interpolates (`duplicate_layers: ${method.layers}`)."""
+    out = set()
+    for key in cfg.backbone:
+        if OmegaConf.is_interpolation(cfg.backbone, key):
+            m = _LINK.match(str(OmegaConf.to_container(cfg.backbone)[key]))
+            if m:
+                out.add(m.group(1))
+    return out
+
+
+def method_options(cfg, omit=()) -> dict[str, str]:
+    """The method's options that differ from its dataclass's defaults: short key -> value."""
+    from deepen_run.config.schema import neutral_keys
+    from deepen_run.methods import schema_of
+
+    try:
+        schema = schema_of(str(cfg.method.name))
+    except KeyError:
+        return {}
+    skip = set(omit) | neutral_keys() | _linked(cfg) | {"method.name"}
+    out = {}
+    for f in dataclasses.fields(schema):
+        key = f"method.{f.name}"
+        if key in skip or f.name not in cfg.method:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else \
+            (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        value = OmegaConf.to_object(cfg.method[f.name]) if OmegaConf.is_config(cfg.method[f.name]) \
+            else cfg.method[f.name]
+        if _value(value) != _value(default):
+            out[f.name] = _value(value)
+    return out
+
+
+def backbone_part(cfg, omit=()) -> str:
+    b = cfg.backbone
+    out = str(b.name)
+    if not b.pretrained and "backbone.model_type" not in omit and b.model_type != "bert" \
+            and str(b.model_type) not in out:
+        out += f"-{b.model_type}"
+    layers = list(b.duplicate_layers or [])
+    if layers and not {"backbone.duplicate_layers", "method.layers"} & set(omit):
+        out += "+dup" + _value(layers) + (":gated" if _value(b.duplicate_init) == "gated" else "")
+    return out
+
+
+def run_name(cfg, omit=()) -> str:
+    """tracking.run_name, else the default name above; `omit`: dotted keys not to say (a sweep's
+    swept keys, said before the name)."""
+    if cfg.tracking.run_name:  # a sweep child's name holds its overrides: a secret in one stays out
+        from deepen_run.config.redact import mask_string, secret_env_values
+
+        return mask_string(cfg.tracking.run_name, secret_env_values())
+    opts = method_options(cfg, omit)
+    method = str(cfg.method.name) + (f"({','.join(f'{k}={v}' for k, v in opts.items())})" if opts else "")
+    tasks = "+".join(cfg.task.names)
+    sched = f"-{cfg.schedule.name}" if len(cfg.task.names) > 1 else ""
+    seed = "" if "seed" in omit else f"-s{cfg.seed}"
+    return f"{backbone_part(cfg, omit)}-{method}-{tasks}{sched}{seed}"
+
+
+def tags_for(cfg) -> dict[str, str]:
+    tags = {"backbone": cfg.backbone.name, "method": cfg.method.name, "task": "+".join(cfg.task.names),
+            "schedule": cfg.schedule.name, "seed": str(cfg.seed), "dry_run": str(bool(cfg.dry_run)).lower()}
+    if list(cfg.backbone.duplicate_layers or []):  # a column that tells a duplicated backbone apart
+        tags["duplicate_layers"] = _value(list(cfg.backbone.duplicate_layers))
+    return tags

@@ -1,0 +1,47 @@
+"""The optimizer's parameter groups: weight decay by tensor rank, the learning rate by what a
+parameter is and (train.layer_decay) how deep it sits. docs/configuration.md, section Training.
+
+Learning rate of a trainable parameter, lr = train.learning_rate:
+  new (what the method or a backbone step created: heads, HIRE, PALs, gates)  lr x new_params_lr_scale
+  in encoder layer i (0-based, of the L layers of the stack as built, copies included)  lr x decay^(L - i)
+  in the backbone's embeddings                                                 lr x decay^(L + 1)
+  anything else pretrained (the pooler)                                        lr
+decay = train.layer_decay; 1.0 (the default) turns the rule off: every pretrained parameter at lr.
+This is the layer-wise decay of the ELECTRA and DeBERTa fine-tuning recipes (BEiT's layer ids:
+embeddings 0, layer i -> i + 1, the top L + 1 at the full rate).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def layer_depths(backbone: torch.nn.Module) -> tuple[dict[int, int], int]:
+    """The one place that knows where a backbone keeps its layers: id(parameter) -> 0 for the
+    embeddings, i + 1 for encoder layer i; and L, the number of layers."""
+    from deepen_run.model.layers import encoder_layers
+
+    layers = encoder_layers(backbone)
+    depth = {id(p): 0 for p in getattr(backbone, "base_model", backbone).embeddings.parameters()}
+    for i, layer in enumerate(layers):
+        depth.update({id(p): i + 1 for p in layer.parameters()})
+    return depth, len(layers)
+
+
+def lr_scale(depth: int | None, num_layers: int, decay: float) -> float:
+    """decay^(L + 1 - depth); depth None (not in the embeddings or a layer) = the top, 1.0."""
+    return 1.0 if depth is None or decay == 1.0 else decay ** (num_layers + 1 - depth)
+
+
+def param_groups(model: torch.nn.Module, tcfg, new_params) -> list[dict]:
+    """AdamW's groups: one per (decayed or not, learning rate), in the order parameters first come.
+    No weight decay on 1-D tensors (biases, LayerNorm weights)."""
+    decay = float(tcfg.get("layer_decay", 1.0))
+    new = {id(p) for p in new_params}
+    depths, num_layers = layer_depths(model.backbone) if decay != 1.0 else ({}, 0)
+    groups: dict[tuple, list] = {}
+    for p in model.parameters():
+        if p.requires_grad:
+            k = tcfg.new_params_lr_scale if id(p) in new else lr_scale(depths.get(id(p)), num_layers, decay)
+            groups.setdefault((p.ndim >= 2, k), []).append(p)
+    return [{"params": ps, "weight_decay": tcfg.weight_decay if wd else 0.0, "lr": tcfg.learning_rate * k}
+            for (wd, k), ps in groups.items()]

@@ -1,0 +1,58 @@
+"""Run names say what tells a run apart (deepen_run/run/names.py): duplicated layers, a tiny
+backbone's family, a method's non-default options; a sweep's child puts its swept values first."""
+from conftest import make_cfg
+
+from deepen_run.run.names import run_name, tags_for
+from deepen_run.sweep import summary as sweep_summary
+
+
+def test_duplicated_layers_and_a_tiny_family_change_the_name():
+    plain = run_name(make_cfg("backbone=minilm", "task=sst2"))
+    dup = run_name(make_cfg("backbone=minilm", "task=sst2", "backbone.duplicate_layers=[2,3]"))
+    assert plain == "minilm-baseline-sst2-s42"
+    assert dup == "minilm+dup2.3-baseline-sst2-s42"
+    gated = run_name(make_cfg("backbone=minilm", "task=sst2", "backbone.duplicate_layers=[2,3]",
+                              "backbone.duplicate_init=gated"))
+    assert gated == "minilm+dup2.3:gated-baseline-sst2-s42"
+    # method=duplicate links backbone.duplicate_layers to method.layers: said once, by +dup
+    preset = make_cfg("backbone=minilm", "task=sst2", "method=duplicate", "method.layers=[2,3]")
+    assert run_name(preset) == "minilm+dup2.3-duplicate-sst2-s42"
+    assert tags_for(preset)["duplicate_layers"] == "2.3" and "duplicate_layers" not in tags_for(make_cfg("task=sst2"))
+
+    deberta = run_name(make_cfg("backbone=tiny", "method=hire", "task=rte", "backbone.model_type=deberta-v2"))
+    modern = run_name(make_cfg("backbone=tiny", "method=hire", "task=rte", "backbone.model_type=modernbert"))
+    assert deberta == "tiny-deberta-v2-hire-rte-s42" and modern == "tiny-modernbert-hire-rte-s42"
+    assert run_name(make_cfg("backbone=tiny", "method=hire", "task=rte")) == "tiny-hire-rte-s42"
+
+
+def test_non_default_method_options_are_named_but_not_neutral_ones():
+    assert run_name(make_cfg("backbone=tiny", "method=hire", "task=rte", "method.gru_layers=1",
+                             "method.extractor=false", "method.report_examples=3")) == \
+        "tiny-hire(gru_layers=1,extractor=false)-rte-s42"
+    assert run_name(make_cfg("backbone=tiny", "method=pals", "task=rte",
+                             "method.hidden_size_aug=12", "method.num_heads=6")) == "tiny-pals(hidden_size_aug=12)-rte-s42"
+    assert run_name(make_cfg("backbone=tiny", "task=rte", "tracking.run_name=mine")) == "mine"
+
+
+def test_a_sweep_child_says_its_swept_values_first_and_only_once():
+    params = {"method.gru_layers": "1,2", "seed": "1,2", "sweep.overrides": "x"}
+    job = ["method.gru_layers=1", "seed=2"]
+    cfg = make_cfg("backbone=tiny", "method=hire", "task=rte", *job, "method.extractor=false")
+    assert sweep_summary.child_name(cfg, 2, {"params": params}, job) == \
+        "gru_layers=1 seed=2 · tiny-hire(extractor=false)-rte"
+    dup = {"backbone.duplicate_layers": "[1],[2]"}
+    cfg = make_cfg("backbone=minilm", "task=rte", "backbone.duplicate_layers=[1]")
+    assert sweep_summary.child_name(cfg, 42, {"params": dup}, ["backbone.duplicate_layers=[1]"]) == \
+        "duplicate_layers=[1] · minilm-baseline-rte-s42"
+
+
+def test_keys_added_later_at_their_default_share_a_row_with_runs_logged_before_them():
+    from deepen_run.report.rows import key_of
+
+    old = {"tags": {"task": "rte", "backbone": "tiny", "method": "baseline"},
+           "params": {"method.name": "baseline", "train.learning_rate": "2e-05"}}
+    new = {"tags": old["tags"], "params": old["params"] | {"train.layer_decay": "1.0",
+                                                           "train.early_stopping_patience": "None",
+                                                           "train.early_stopping_threshold": "0.0"}}
+    decayed = {"tags": old["tags"], "params": new["params"] | {"train.layer_decay": "0.9"}}
+    assert key_of(old) == key_of(new) != key_of(decayed)

@@ -1,0 +1,43 @@
+"""What the UI shows reads true: HIRE's importance colours on a fixed scale anchored at uniform."""
+import numpy as np
+
+from deepen_run.methods.hire.report import heatmap
+
+
+def colours(values):
+    fig = heatmap(values, [f"r{i}" for i in range(len(values))], [str(j) for j in range(len(values[0]))], "t", "task")
+    im = fig.axes[0].images[0]
+    return im.norm(np.asarray(values, dtype=float)), fig
+
+
+def test_near_uniform_importances_look_near_uniform(tmp_path):
+    near = [[0.208, 0.196, 0.196, 0.2, 0.2], [0.195, 0.205, 0.2, 0.2, 0.2]]
+    c, fig = colours(near)
+    assert np.all(np.abs(c - 0.5) < 0.05)  # 0.5 = white (uniform); 0 / 1 = full blue / red
+    fig.savefig(tmp_path / "near.png")
+    strong, _ = colours([[0.6, 0.1, 0.1, 0.1, 0.1]])
+    assert strong[0, 0] >= 1.0 and abs(strong[0, 1] - 0.25) < 1e-6  # 2/J saturates, 0 is full blue
+    one, _ = colours([[1.0]])  # a single layer offered: uniform by construction
+    assert abs(one[0, 0] - 0.5) < 1e-9
+
+
+TABLE = """| # | backbone | method | setup | settings | RTE | Avg | Δ Avg vs baseline [95% CI] | n | step (s) |
+|---|---|---|---|---|---|---|---|---|---|
+| 1 | tiny | baseline | single-task | - | 51.8 ± 0.3 | 51.8 ± 0.3 | (baseline) | 2 | 0.1 |
+| 2 | tiny | hire | single-task | gru_layers=1 | 42.2 ± 2.2 | 42.2 ± 2.2 | -9.6 [-20.1, 0.9] (n=2) | 2 | 0.2 |
+| 3 | tiny | hire | single-task | gru_layers=2 | 50.0 ± 8.8 | 50.0 ± 8.8 | -1.8 (n=1) | 1 | 0.2 |
+
+Cells: dev score x100.
+"""
+
+
+def test_the_parent_note_starts_with_every_row_in_one_short_paragraph():
+    from deepen_run.sweep import summary
+
+    note = summary.note({"sweep_id": "S", "n_jobs": 6, "params": {}}, [], TABLE, "FINISHED", ["rte"])
+    first = note.split("\n\n")[0]
+    assert "\n" not in first and first.startswith("**Sweep S** (FINISHED): 0 of 6 jobs finished")
+    assert first.endswith("Avg (dev x100, mean ± std over seeds): **#1** baseline: **51.8 ± 0.3** (baseline) (n 2) · "
+                          "**#2** hire gru_layers=1: **42.2 ± 2.2**, Δ -9.6 [-20.1, 0.9] (n 2) · "
+                          "**#3** hire gru_layers=2: **50.0 ± 8.8**, Δ -1.8 (n 1)")
+    assert TABLE.strip() in note  # the whole table and its footnotes after "Show more"
