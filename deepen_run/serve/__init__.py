@@ -1,0 +1,41 @@
+"""A trained model as a product (docs/use-a-model.md): load it back from a run, a run folder, a
+models:/ URI or an export (locate.py), rebuilt from the run's own config (bundle.py), predict
+(predictor.py), export a self-describing folder with a model card (export.py, card.py; hf.py: when
+it is a plain transformers classifier), and the LoggedModel a run leaves (publish.py).
+May import: base, config, methods, data, model, tracking
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+
+def load(source, tracking_uri: Optional[str] = None, device: Optional[str] = None):
+    """deepen_run.load: a run id, a run folder, a models:/ URI or a model folder -> a TrainedModel
+    (model, tokenizer, tasks, heads, predict()). Nothing is repeated from the training command."""
+    from deepen_run.serve import bundle, locate
+    from deepen_run.serve.predictor import TrainedModel
+
+    folder, cfg_file = locate.model_folder(source, tracking_uri)
+    cfg = bundle.load_config(folder, cfg_file)
+    info = bundle.read_info(folder) if (folder / bundle.INFO).is_file() else {
+        "method": cfg.method.name, "backbone": cfg.backbone.name, "tasks": list(cfg.task.names), "weights": "deepen"}
+    conf_file = folder / bundle.BACKBONE
+    if conf_file.is_file():
+        backbone_config = bundle.backbone_config_from(conf_file)
+    else:
+        backbone_config = bundle.pristine_backbone_config(cfg.backbone)
+    hf_task = info["tasks"][0] if info.get("weights") == "hf" else None
+    model, tasks = bundle.rebuild(cfg, backbone_config, folder / bundle.WEIGHTS, hf_task)
+    tokenizer = _tokenizer(folder, cfg)
+    return TrainedModel(model, tokenizer, tasks, cfg, info, Path(folder), device)
+
+
+def _tokenizer(folder: Path, cfg):
+    if (folder / "tokenizer_config.json").is_file():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(folder))
+    from deepen_run.model import backbone as bb
+
+    return bb.load_tokenizer(cfg.backbone)
