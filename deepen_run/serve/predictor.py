@@ -30,6 +30,39 @@ class Prediction:
     extras: dict = field(default_factory=dict)
 
 
+def pick_task(tasks: dict, task: Optional[str]):
+    """The TaskSpec to predict: `task`, or the model's only one."""
+    if task is None:
+        if len(tasks) > 1:
+            raise UserError(f"this model has {len(tasks)} tasks ({', '.join(tasks)}); name one (task=... / --task)")
+        return next(iter(tasks.values()))
+    if task not in tasks:
+        raise UserError(f"task {task!r} is not one of this model's: {', '.join(tasks)}")
+    return tasks[task]
+
+
+def split_inputs(texts: Sequence[Text], spec) -> tuple[list[str], Optional[list[str]]]:
+    """-> (first sentences, second sentences or None); a pair for a one-sentence task, or one
+    sentence for a pair task, is refused naming the first such input."""
+    if isinstance(texts, str) or (isinstance(texts, tuple) and len(texts) == 2 and spec.text_b
+                                  and all(isinstance(t, str) for t in texts)):
+        texts = [texts]
+    a, b = [], []
+    for i, t in enumerate(texts):
+        pair = not isinstance(t, str)
+        if pair and len(t) != 2:
+            raise UserError(f"input {i + 1} has {len(t)} parts; give a sentence or a pair (a, b)")
+        if pair and not spec.text_b:
+            raise UserError(f"input {i + 1} is a sentence pair, but {spec.name} takes one sentence")
+        if not pair and spec.text_b:
+            raise UserError(f"input {i + 1} is one sentence, but {spec.name} takes a pair "
+                            f"({spec.text_a}, {spec.text_b})")
+        a.append(t[0] if pair else t)
+        if pair:
+            b.append(t[1])
+    return a, (b if spec.text_b else None)
+
+
 class TrainedModel:
     """model (eval mode), tokenizer, tasks (name -> TaskSpec), heads, cfg (the run's config), info."""
 
@@ -44,34 +77,7 @@ class TrainedModel:
                 f"{', '.join(self.tasks)}, run {self.info.get('run_id')})")
 
     def spec(self, task: Optional[str]):
-        if task is None:
-            if len(self.tasks) > 1:
-                raise UserError(f"this model has {len(self.tasks)} tasks ({', '.join(self.tasks)}); pass task=...")
-            return next(iter(self.tasks.values()))
-        if task not in self.tasks:
-            raise UserError(f"task {task!r} is not one of this model's: {', '.join(self.tasks)}")
-        return self.tasks[task]
-
-    def check_inputs(self, texts: Sequence[Text], spec) -> tuple[list[str], Optional[list[str]]]:
-        """-> (first sentences, second sentences or None); a pair for a one-sentence task, or one
-        sentence for a pair task, is refused naming the first such input."""
-        if isinstance(texts, str) or (isinstance(texts, tuple) and len(texts) == 2 and all(isinstance(t, str) for t in texts)
-                                      and spec.text_b):
-            texts = [texts]
-        a, b = [], []
-        for i, t in enumerate(texts):
-            pair = not isinstance(t, str)
-            if pair and len(t) != 2:
-                raise UserError(f"input {i + 1} has {len(t)} parts; give a sentence or a pair (a, b)")
-            if pair and not spec.text_b:
-                raise UserError(f"input {i + 1} is a sentence pair, but {spec.name} takes one sentence")
-            if not pair and spec.text_b:
-                raise UserError(f"input {i + 1} is one sentence, but {spec.name} takes a pair "
-                                f"({spec.text_a}, {spec.text_b})")
-            a.append(t[0] if pair else t)
-            if pair:
-                b.append(t[1])
-        return a, (b if spec.text_b else None)
+        return pick_task(self.tasks, task)
 
     @torch.no_grad()
     def forward(self, texts: Sequence[Text], task: Optional[str] = None, batch_size: Optional[int] = None):
@@ -81,7 +87,7 @@ class TrainedModel:
         from deepen_run.data import loaders as gd
 
         spec = self.spec(task)
-        a, b = self.check_inputs(texts, spec)
+        a, b = split_inputs(texts, spec)
         cols = {"text_a": a} | ({"text_b": b} if b is not None else {})
         datasets.disable_progress_bars()
         ds = gd.tokenize(datasets.Dataset.from_dict(cols), self.tokenizer, self.cfg.data.max_seq_length, None,
@@ -105,7 +111,7 @@ class TrainedModel:
         logits, extras = self.forward(texts, task, batch_size)
         out = []
         for i, row in enumerate(logits):
-            ex = {k: v[i].tolist() for k, v in extras.items()}
+            ex = {k: v[i].reshape(-1).tolist() for k, v in extras.items()}
             if spec.is_regression:
                 out.append(Prediction(score=float(row.squeeze(-1)), extras=ex))
                 continue
