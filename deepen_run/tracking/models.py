@@ -118,13 +118,16 @@ def resolve_models_uri(uri: str, models_uri: str) -> str:
     try:
         if "@" in rest:
             name, alias = rest.split("@", 1)
-            return client.get_model_version_by_alias(name, alias).model_id
-        if "/" in rest:
+            mv = client.get_model_version_by_alias(name, alias)
+        elif "/" in rest:
             name, version = rest.split("/", 1)
-            return client.get_model_version(name, version).model_id
+            mv = client.get_model_version(name, version)
+        else:
+            return rest
+        # A version made from a LoggedModel names it; the SQL store leaves model_id empty: its run's tag says.
+        return mv.model_id or model_of_run(uri, mv.run_id)
     except MlflowException as e:
         raise UserError(f"{models_uri}: not in the model registry of {uri}") from e
-    return rest
 
 
 def register(uri: str, run_id: str, name: str, alias: str = "champion") -> tuple[str, str]:
@@ -137,7 +140,10 @@ def register(uri: str, run_id: str, name: str, alias: str = "champion") -> tuple
         client.create_registered_model(name)
     except MlflowException:
         pass  # already registered: add a version
-    version = client.create_model_version(name, f"models:/{model_id}", run_id=run_id, model_id=model_id)
+    # The model's artifact location as the source, not models:/<id>: MLflow resolves that one through
+    # the process-wide tracking URI, not this client's store.
+    source = client.get_logged_model(model_id).artifact_location
+    version = client.create_model_version(name, source, run_id=run_id, model_id=model_id)
     client.set_registered_model_alias(name, alias, version.version)
     return version.version, model_id
 
