@@ -175,7 +175,12 @@ class SystemMetrics:
         if on and tracker.enabled and tracker.run_id:
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-            self.monitor = SystemMetricsMonitor(tracker.run_id, tracking_uri=tracker.uri, resume_logging=True)
+            from mlflow.environment_variables import MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
+
+            # MLflow's own setting of how often it samples (default 10 s), as mlflow.start_run reads it.
+            every = MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.get() or 10
+            self.monitor = SystemMetricsMonitor(tracker.run_id, sampling_interval=every, tracking_uri=tracker.uri,
+                                                resume_logging=True)
             self.monitor.start()
 
     def stop(self) -> None:
