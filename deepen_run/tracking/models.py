@@ -8,6 +8,7 @@ one copy on disk for both (docs/use-a-model.md, "Where the weights are").
 """
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import warnings
@@ -145,6 +146,12 @@ def register(uri: str, run_id: str, name: str, alias: str = "champion") -> tuple
     source = client.get_logged_model(model_id).artifact_location
     version = client.create_model_version(name, source, run_id=run_id, model_id=model_id)
     client.set_registered_model_alias(name, alias, version.version)
+    # What mlflow.register_model does besides: the model lists its versions (the Models tab's column).
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    listed = json.loads(client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS) or "[]")
+    client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(
+        listed + [{"name": name, "version": version.version}])})
     return version.version, model_id
 
 
