@@ -25,5 +25,5 @@ def load(source, tracking_uri=None, device=None):
     """A trained model back from a run id, a run folder, a models:/ URI or an export folder: a
     deepen_run.serve.predictor.TrainedModel with .model, .tokenizer, .tasks, .heads and .predict(texts,
     task=...) (docs/use-a-model.md). Reached by name, so `import deepen_run` stays light."""
-    return importlib.import_module("deepen_run.serve").load(source, tracking_uri=tracking_uri, device=device)
+    return importlib.import_module("deepen_run.serve.loading").load(source, tracking_uri=tracking_uri, device=device)
 

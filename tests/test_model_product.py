@@ -145,10 +145,15 @@ def test_hire_and_pals_exports_load_back_and_predict_what_the_runs_did(hire, pal
     import deepen_run
     from deepen_run.data.glue import TASKS
 
+    from deepen_run.serve.export import export
+
     for r, tasks in ((hire, ["sst2"]), (pals, ["sst2", "mrpc"])):
         dest = tmp_path / r.root.name
-        done = tool("export", r.run_id, str(dest), "--tracking-uri", r.uri)
-        assert done.returncode == 0 and "deepen_run.load" in done.stdout, done.stderr[-3000:]
+        if r is hire:  # the command once; the function (what it calls) for the other
+            done = tool("export", r.run_id, str(dest), "--tracking-uri", r.uri)
+            assert done.returncode == 0 and "deepen_run.load" in done.stdout, done.stderr[-3000:]
+        else:
+            assert export(r.run_dir, dest)[1] is None
         card = (dest / "README.md").read_text()
         assert "With deepen-run only" in card and "eval/score" in card and "deepen_run.load(FOLDER)" in card
         assert (dest / "model.safetensors").is_file() and (dest / "tokenizer.json").is_file()
@@ -156,7 +161,7 @@ def test_hire_and_pals_exports_load_back_and_predict_what_the_runs_did(hire, pal
         for task in tasks:
             theirs = run_predictions(r, task)
             rows = dev_rows(glue_dir, TASKS[task])
-            idx = sorted(theirs)[:200]
+            idx = sorted(theirs)[:48]
             preds = m.predict([rows[i] for i in idx], task=task)
             assert [str(p.label_id) for p in preds] == [theirs[i] for i in idx], task
 

@@ -45,7 +45,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     a = parse(argv)
     try:
         from deepen_run.data.glue import TASKS
-        from deepen_run.serve import build, open_model, table
+        from deepen_run.serve import table
+        from deepen_run.serve.loading import build, open_model
         from deepen_run.serve.predictor import pick_task, split_inputs
 
         folder, cfg, info = open_model(a.run, a.tracking_uri)

@@ -23,7 +23,7 @@ def check_target(dest: Path) -> None:
 
 def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path, Optional[str]]:
     """-> (the folder, the transformers class it loads with, or None: deepen_run.load only)."""
-    from deepen_run.serve import build, open_model
+    from deepen_run.serve.loading import build, open_model
 
     dest = Path(dest)
     check_target(dest)

@@ -29,11 +29,10 @@ CONTEXT = "mlflow.data.context"  # MLflow's input tag: train / dev / test
 
 def local_dir(uri: str) -> Optional[Path]:
     """The folder behind a file:// artifact URI (None for a remote artifact store)."""
-    if uri.startswith("file:"):
+    scheme = urlparse(uri).scheme
+    if scheme == "file":
         return Path(unquote(urlparse(uri).path))
-    if "://" not in uri:
-        return Path(uri)
-    return None
+    return Path(uri) if scheme == "" else None  # mlflow-artifacts:/, s3://, ...: through the client
 
 
 def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], fill: Callable[[Path], None],
