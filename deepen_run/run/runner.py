@@ -99,8 +99,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         restored = True
         phase("data")
         score = train.fit(recipe)
-        publish.publish(cfg, accelerator.unwrap_model(recipe.model), recipe.ctx.tokenizer, tracker, recipe.saver,
-                        recipe.total)
+        publish.publish(cfg, tasks, accelerator.unwrap_model(recipe.model), recipe.ctx.tokenizer, tracker,
+                        recipe.saver, recipe.total)
         status = "FINISHED"
         return score
     except KeyboardInterrupt as e:

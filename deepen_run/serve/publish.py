@@ -28,18 +28,41 @@ def log_data(tracker, cfg, tasks, home: Optional[Path]) -> None:
         return
     saved = home / fp.FILE if home is not None else None
     digests = json.loads(saved.read_text()) if saved is not None and saved.is_file() else fp.fingerprint(cfg, tasks)
-    root, inputs = Path(cfg.data.glue_dir), []
+    inputs = [models.dataset_input(name, context, path, digest) for name, context, path, digest in files(cfg, tasks, digests)]
+    models.log_datasets(tracker, inputs)
+
+
+def files(cfg, tasks, digests: dict[str, str]) -> list[tuple[str, str, Path, str]]:
+    """(dataset name, context, path, digest) of each fingerprinted GLUE file the run reads."""
+    root, out = Path(cfg.data.glue_dir or "."), []
     for spec in tasks:
         splits = [("train", "train")] + [(s, "dev") for s, _ in spec.dev_splits] + \
                  ([(s, "test") for s, _ in spec.test_splits] if cfg.predict else [])
         for stem, context in splits:
-            path = str((root / spec.folder / f"{stem}.tsv").resolve())
-            if path in digests:
-                inputs.append(models.dataset_input(f"{spec.name}/{stem}", context, Path(path), digests[path]))
-    models.log_datasets(tracker, inputs)
+            path = (root / spec.folder / f"{stem}.tsv").resolve()
+            if str(path) in digests:
+                out.append((f"{spec.name}/{stem}", context, path, digests[str(path)]))
+    return out
 
 
-def publish(cfg, model, tokenizer, tracker, saver, total: int) -> Optional[str]:
+def dev_datasets(cfg, tasks, home: Optional[Path]) -> dict[str, tuple[str, str]]:
+    """eval name -> (dataset name, digest) of its dev file, as log_data logged it."""
+    from deepen_run.data import fingerprint as fp
+
+    saved = home / fp.FILE if home is not None else None
+    if not cfg.data.glue_dir or saved is None or not saved.is_file():
+        return {}
+    found = {name: (name, digest) for name, _, _, digest in files(cfg, tasks, json.loads(saved.read_text()))}
+    out = {}
+    for spec in tasks:
+        for eval_name, (stem, _) in zip(spec.eval_names, spec.dev_splits):
+            if f"{spec.name}/{stem}" in found:
+                name, digest = found[f"{spec.name}/{stem}"]
+                out[eval_name] = (name, models.short_digest(digest))
+    return out
+
+
+def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int) -> Optional[str]:
     """The run's LoggedModel (None when the run keeps no weights). `model`: unwrapped, holding the
     weights of the run's result (train.fit's final record)."""
     if not tracker.enabled or not saver.keep_best or saver.root is None:
@@ -68,4 +91,4 @@ def publish(cfg, model, tokenizer, tracker, saver, total: int) -> Optional[str]:
 
     tags = {"method": cfg.method.name, "backbone": cfg.backbone.name, "task": "+".join(cfg.task.names)}
     return models.log_model(tracker, f"{cfg.backbone.name}-{cfg.method.name}-{'-'.join(cfg.task.names)}", tags,
-                            flatten(public), fill, total)
+                            flatten(public), fill, total, dev_datasets(cfg, tasks, saver.root.parent))

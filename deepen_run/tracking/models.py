@@ -36,9 +36,10 @@ def local_dir(uri: str) -> Optional[Path]:
 
 
 def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], fill: Callable[[Path], None],
-              step: int) -> str:
+              step: int, datasets: Optional[dict[str, tuple[str, str]]] = None) -> str:
     """Create the run's LoggedModel, fill its artifact folder with fill(folder), link the run's latest
-    eval/* values to it and mark it READY. -> the model id."""
+    eval/* values to it and mark it READY. -> the model id. datasets: eval name (sst2, mnli-m) ->
+    (dataset name, digest) of the dev set its eval/<name>/* metrics were measured on."""
     client: MlflowClient = tracker.client
     model = client.create_logged_model(tracker.experiment_id, name=name, source_run_id=tracker.run_id, tags=tags,
                                        params={k: str(v)[:6000] for k, v in params.items()}, model_type=MODEL_TYPE)
@@ -51,7 +52,7 @@ def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], 
             with tempfile.TemporaryDirectory() as tmp:
                 fill(Path(tmp))
                 client.log_model_artifacts(model.model_id, tmp)
-        link_metrics(client, tracker.run_id, model.model_id)
+        link_metrics(client, tracker.run_id, model.model_id, datasets or {})
         client.log_outputs(tracker.run_id, [LoggedModelOutput(model.model_id, step)])
         client.set_tag(tracker.run_id, MODEL_TAG, model.model_id)
         client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
@@ -61,16 +62,19 @@ def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], 
     return model.model_id
 
 
-def link_metrics(client: MlflowClient, run_id: str, model_id: str) -> None:
+def link_metrics(client: MlflowClient, run_id: str, model_id: str, datasets: dict[str, tuple[str, str]]) -> None:
     """The run's latest eval/* values, logged again with the model's id and their own timestamp and
     step: MLflow keeps a metric already in the run once (same key, value, step and timestamp), and
-    records the model's link to it, so the Models tab shows eval/score without a second history point."""
+    records the model's link to it, so the Models tab shows eval/score without a second history point.
+    A task's own metrics name the dev set they were measured on (the Models tab's Dataset column)."""
     keys = [k for k in client.get_run(run_id).data.metrics if k.startswith("eval/")]
     latest = []
     for k in keys:
         hist = client.get_metric_history(run_id, k)
         last = max(hist, key=lambda m: (m.step, m.timestamp))
-        latest.append(Metric(k, last.value, last.timestamp, last.step, model_id=model_id))
+        name, digest = datasets.get(k.split("/")[1], (None, None)) if k.count("/") == 2 else (None, None)
+        latest.append(Metric(k, last.value, last.timestamp, last.step, model_id=model_id, dataset_name=name,
+                             dataset_digest=digest))
     if latest:
         client.log_batch(run_id, metrics=latest)
 
@@ -160,12 +164,17 @@ def dataset_input(name: str, context: str, path: Path, digest: str) -> DatasetIn
     from mlflow.data.dataset_source_registry import resolve_dataset_source
     from mlflow.data.meta_dataset import MetaDataset
 
-    sha = digest.split(":")[-1]
     with warnings.catch_warnings():  # two registered local sources read a path alike; MLflow warns and takes one
         warnings.simplefilter("ignore", UserWarning)
         source = resolve_dataset_source(str(path))
-    ds = MetaDataset(source, name=name, digest=sha[:32])
+    ds = MetaDataset(source, name=name, digest=short_digest(digest))
     return DatasetInput(ds._to_mlflow_entity(), tags=[InputTag(CONTEXT, context)])
+
+
+def short_digest(digest: str) -> str:
+    """data/fingerprint.py's "<size>:<sha256>" -> the SHA-256's first 32 hex digits (MLflow's digest
+    column holds 36 characters)."""
+    return digest.split(":")[-1][:32]
 
 
 def log_datasets(tracker, inputs: list[DatasetInput]) -> None:
