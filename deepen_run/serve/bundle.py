@@ -45,8 +45,11 @@ def pristine_backbone_config(bcfg):
 
     if not bcfg.pretrained:
         return bb.architecture(bcfg)
-    return AutoConfig.from_pretrained(bb.resolve(bcfg.path), revision=bcfg.revision,
-                                      trust_remote_code=bcfg.trust_remote_code)
+    kw = dict(revision=bcfg.revision, trust_remote_code=bcfg.trust_remote_code)
+    try:  # the run found it, so a Hub backbone is cached: read without asking the Hub (as bb.depth)
+        return AutoConfig.from_pretrained(bb.resolve(bcfg.path), local_files_only=True, **kw)
+    except (OSError, ValueError):
+        return AutoConfig.from_pretrained(bb.resolve(bcfg.path), **kw)
 
 
 def backbone_config_from(path: Path):

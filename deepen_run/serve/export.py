@@ -28,7 +28,6 @@ def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path
     dest = Path(dest)
     check_target(dest)
     folder, cfg, info = open_model(source, tracking_uri)
-    check_target(dest)
     trained = build(folder, cfg, info, device="cpu")
     model = trained.model
     state = model.state_dict()
