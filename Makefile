@@ -31,9 +31,10 @@ test-fast: install
 	$(BIN)/pytest -q -n auto --dist worksteal -m "not e2e and not slow and not subprocess" --durations=5
 
 # HIRE on SST-2, offline MiniLM, a 2000-example subset: a few minutes on a laptop CPU.
+# Keeps its weights (train.save_best=true): deepen-predict --run <its id> "a gorgeous, witty film" uses them.
 demo: install
 	$(BIN)/deepen-run method=hire task=sst2 backbone=minilm data.max_train_samples=2000 train.max_steps=60 \
-		train.learning_rate=5e-5 data.max_seq_length=64
+		train.learning_rate=5e-5 data.max_seq_length=64 train.save_best=true
 
 # A small parallel sweep: 4 seeds of MiniLM on RTE, one parent run + 4 children, then the table.
 sweep: install

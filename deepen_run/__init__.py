@@ -12,8 +12,18 @@ each subpackage's docstring; that line is the one place the rule is written). Bo
   run          one run: pre-flight, runner, training loop, evaluation, checkpoints, resume
   report       deepen-report: the results table from MLflow
   sweep        a multirun: parent run, jobs, resume, summary
-  cli          the three commands
+  serve        a trained model: load, predict, export, its MLflow LoggedModel (deepen_run.load below)
+  cli          the commands
 
 The base modules here import nothing of ours but each other.
 May import: base
 """
+import importlib
+
+
+def load(source, tracking_uri=None, device=None):
+    """A trained model back from a run id, a run folder, a models:/ URI or an export folder: a
+    deepen_run.serve.predictor.TrainedModel with .model, .tokenizer, .tasks, .heads and .predict(texts,
+    task=...) (docs/use-a-model.md). Reached by name, so `import deepen_run` stays light."""
+    return importlib.import_module("deepen_run.serve.loading").load(source, tracking_uri=tracking_uri, device=device)
+

@@ -202,10 +202,12 @@ class TrackingConfig:
     uri: MLflow tracking URI (a SQLite file, or http://host:port of a server)
     experiment: MLflow experiment name
     run_name: run name; null = <backbone>[-<family>][+dup<layers>]-<method>[(<non-default options>)]-<tasks>-s<seed>
+    system_metrics: log MLflow's CPU, memory and GPU monitor as system/* metrics (a sampling thread; off by default, docs/use-a-model.md)
     """
     uri: str = neutral(STORE)
     experiment: str = neutral("deepen-run")
     run_name: Optional[str] = neutral(None)
+    system_metrics: bool = neutral(False)
 
 
 @dataclass

@@ -267,6 +267,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--submission", type=Path, metavar="FILE.zip",
                    help="write the GLUE leaderboard zip from the runs' submission/ files (predict=true): per file, "
                    "the run with the best dev score of its task; the table is not printed")
+    p.add_argument("--register", metavar="NAME", help="register the best run (by eval/score) of a row as model NAME, "
+                   "alias champion (docs/use-a-model.md)")
+    p.add_argument("--row", type=int, help="the row --register takes (default: the only one)")
     a = p.parse_args(argv)
     try:
         if a.log_to_parent and not a.sweep_id:
@@ -297,6 +300,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                             f"matching {tags or 'any tags'}{' in sweeps ' + ', '.join(a.sweep_id) if a.sweep_id else ''}"
                             f" ({mask_uri(a.uri)})")
         info = sys.stderr if a.json else sys.stdout  # --json: stdout is the JSON alone
+        if a.register:  # before the table, so a bad --row is refused before anything is printed
+            from deepen_run.report.register import pick_row
+
+            pick_row(table, a.row)
         print(to_json(table) if a.json else to_markdown(table), end="")
         if a.seeds_csv:
             a.seeds_csv.parent.mkdir(parents=True, exist_ok=True)
@@ -317,6 +324,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                     raise UserError(f"sweep {sid} has no parent run in {a.experiment!r}")
                 log_to_run(table, Tracker(a.uri, a.experiment).attach(parents[0]["run_id"]))
                 print(f"logged report/ to parent run {parents[0]['run_id']} (sweep {sid})", file=info)
+        if a.register:
+            from deepen_run.report.register import register
+
+            print(register(a.uri, runs, table, a.register, a.row), file=info)
     except UserError as e:
         print(f"deepen-report: error: {e}", file=sys.stderr)
         sys.exit(2)

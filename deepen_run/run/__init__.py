@@ -4,5 +4,5 @@
 (context.py), the run dir's guard and `make clean` (rundir.py), its log (runlog.py), the summary,
 submissions, progress bars and device fast paths. A method's model module is reached through the
 registry (deepen_run.methods.METHODS, by name), never imported here.
-May import: base, config, methods, data, model, tracking
+May import: base, config, methods, data, model, tracking, serve
 """

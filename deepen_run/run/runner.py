@@ -23,7 +23,9 @@ from deepen_run.run.preflight import check  # noqa: F401 (the pre-flight, also f
 from deepen_run.config.redact import public_config
 from deepen_run.run.resume import current_dir, save_run_config
 from deepen_run.data.fingerprint import save_fingerprint
+from deepen_run.serve import publish
 from deepen_run.tracking.store import Tracker, TrackingLost, flatten
+from deepen_run.tracking.models import SystemMetrics
 from deepen_run.util import first_line, phase
 
 
@@ -68,6 +70,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         if not run_id:
             save_run_config(home, cfg)
             save_fingerprint(home, cfg, tasks)
+    monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
     status = "FAILED"
     restored = not run_id  # a resume that fails before its checkpoint is back keeps its status
     try:
@@ -76,6 +79,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
             tracker.resume()
         public = public_config(cfg)
         tracker.log_params(flatten(public))
+        if not run_id:
+            publish.log_data(tracker, cfg, tasks, home)
         tracker.log_text(OmegaConf.to_yaml(public), "config.yaml")
         tracker.log_metrics(sizes, 0)
         tracker.set_tags({"num_processes": str(accelerator.num_processes)})
@@ -94,6 +99,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         score = train.fit(recipe)
         # The runs table shows a metric's every digit, cut off (0.77522935…); this column reads at a glance.
         tracker.set_tags({SCORE_TAG: f"{score:.4f}"})
+        publish.publish(cfg, tasks, accelerator.unwrap_model(recipe.model), recipe.ctx.tokenizer, tracker,
+                        recipe.saver, recipe.total)
         status = "FINISHED"
         return score
     except KeyboardInterrupt as e:
@@ -112,6 +119,7 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         tracker.set_tags({"error" if restored else "resume_error": line})
         raise
     finally:
+        monitor.stop()
         try:
             tracker.end(status)
         except TrackingLost:

@@ -46,6 +46,9 @@ def text(tracker, home: Optional[Path], status: str) -> str:
         lines.append(f"  best weights  {best}  (eval/best_score {metrics.get('eval/best_score', float('nan')):.4f})")
     elif "eval/score" in metrics:
         lines.append("  best weights  not kept (short run; train.save_best=true keeps them)")
+    if run.data.tags.get("model_id"):  # the LoggedModel of a run that kept weights (serve/publish.py)
+        lines.append(f"  model         models:/{run.data.tags['model_id']}  (deepen-predict --run {tracker.run_id} "
+                     "\"a sentence\"; docs/use-a-model.md)")
     names = [a.path + ("/" if a.is_dir else "") for a in tracker.client.list_artifacts(tracker.run_id)]
     lines.append(f"  artifacts     {local_path(run.info.artifact_uri)}  ({', '.join(names)})")
     lines.append(f"  MLflow UI     {ui.run_url(base, tracker.experiment_id, tracker.run_id)}  ({how})")

@@ -1,0 +1,68 @@
+"""The model card (README.md) of an exported folder: what the model is, how it was trained, its dev
+scores, what to cite, and how to load it (transformers directly, or deepen_run.load, and why)."""
+from __future__ import annotations
+
+from typing import Optional
+
+SETTINGS = ("backbone.path", "backbone.duplicate_layers", "backbone.duplicate_init", "task.names", "schedule.name",
+            "train.learning_rate", "train.batch_size", "train.max_steps", "train.num_epochs", "train.model_selection",
+            "data.max_seq_length", "data.max_train_samples", "data.train_fraction", "seed")
+
+
+def _get(cfg, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = node.get(part) if hasattr(node, "get") else None
+        if node is None:
+            return None
+    return node
+
+
+def citation(cfg) -> list[str]:
+    """What the method's model module (and a layer-duplication step) says it implements."""
+    from deepen_run.methods import METHODS
+
+    out = []
+    doc = METHODS[cfg.method.name].__doc__ or ""
+    out.append(doc.strip().splitlines()[0] if doc.strip() else cfg.method.name)
+    if list(cfg.backbone.duplicate_layers or []):
+        from deepen_run.model import duplication
+
+        out.append(" ".join(duplication.__doc__.split("\n\n")[0].split()))
+    return out
+
+
+def text(cfg, info: dict, hf_class: Optional[str], why_not: Optional[str]) -> str:
+    from omegaconf import OmegaConf
+
+    tasks = ", ".join(info["tasks"])
+    front = ["---", "tags: [deepen-run, glue, text-classification]", "datasets: [nyu-mll/glue]"]
+    if hf_class:
+        front.insert(1, "library_name: transformers")
+    lines = front + ["---", "", f"# {info['backbone']} + {info['method']} on {tasks}", "",
+                     f"Fine-tuned with deepen-run (run `{info.get('run_id', 'unknown')}`, step {info.get('step', '?')}): "
+                     f"method `{info['method']}` on backbone `{info['backbone']}` ({_get(cfg, 'backbone.path')}), "
+                     f"task(s) {tasks}.", "", "## How to load it", ""]
+    if hf_class:
+        lines += [f"A plain transformers classifier ({hf_class}):", "", "```python",
+                  "from transformers import AutoModelForSequenceClassification, AutoTokenizer",
+                  "model = AutoModelForSequenceClassification.from_pretrained(FOLDER)",
+                  "tokenizer = AutoTokenizer.from_pretrained(FOLDER)", "```", "",
+                  "or with deepen-run, which gives the same logits:", ""]
+    else:
+        lines += [f"With deepen-run only: {why_not}, so transformers' Auto classes cannot hold it.", ""]
+    lines += ["```python", "import deepen_run", "m = deepen_run.load(FOLDER)",
+              f"m.predict([...], task={info['tasks'][0]!r})  # labels, probabilities (STS-B: the score)", "```", "",
+              "or `deepen-predict --run FOLDER \"a sentence\"`. The folder's config.yaml holds the run's whole "
+              "config; deepen_run.json says what the weights are.", "", "## Training settings", "",
+              "| key | value |", "|---|---|"]
+    for key in SETTINGS:
+        value = _get(cfg, key)
+        if value is not None:
+            shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+            lines.append(f"| {key} | {shown} |")
+    lines += ["", "## Dev scores", "", "| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {v:.4f} |" for k, v in info.get("scores", {}).items()] or ["| (none recorded) | |"]
+    lines += ["", "## Citation", ""] + [f"- {c}" for c in citation(cfg)] + \
+             ["- GLUE: Wang et al. 2018, arXiv 1804.07461", ""]
+    return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""`deepen-export`: a trained model as a self-describing folder (bundle.py's files, the tokenizer
+and a model card). A plain classifier (hf.py) is written as transformers writes its own, so
+AutoModelForSequenceClassification.from_pretrained reads it; any other model keeps our state dict
+and loads with deepen_run.load. The card says which, and why."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from deepen_run.errors import UserError
+from deepen_run.serve import bundle, card, hf
+
+
+def check_target(dest: Path) -> None:
+    """A folder with files of its own is never written into; an earlier export is replaced."""
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"{dest} is a file; give a folder to export into")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / bundle.INFO).is_file():
+        raise UserError(f"{dest} holds files of its own; export into a new or empty folder")
+
+
+def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path, Optional[str]]:
+    """-> (the folder, the transformers class it loads with, or None: deepen_run.load only)."""
+    from deepen_run.serve.loading import build, open_model
+
+    dest = Path(dest)
+    check_target(dest)
+    folder, cfg, info = open_model(source, tracking_uri)
+    trained = build(folder, cfg, info, device="cpu")
+    model = trained.model
+    state = model.state_dict()
+    why = hf.why_not(model, state)
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    hf_class = None
+    if why is None:
+        from transformers import AutoModelForSequenceClassification
+
+        task = info["tasks"][0]
+        family = model.backbone.config.model_type
+        plain = AutoModelForSequenceClassification.from_config(hf.hf_config(model, trained.tasks[task]))
+        missing, unexpected = plain.load_state_dict(hf.to_hf(state, family, task), strict=False)
+        if missing or unexpected:  # the table and the model disagree: keep our own format instead
+            why = f"its weights do not map onto {type(plain).__name__} (missing {missing[:2]}, unexpected {unexpected[:2]})"
+        else:
+            plain.save_pretrained(str(tmp))
+            hf_class = type(plain).__name__
+    if hf_class is None:
+        from safetensors.torch import save_model
+
+        save_model(model, str(tmp / bundle.WEIGHTS))
+    meta = {k: v for k, v in info.items() if k not in ("format", "weights")} | ({"hf_class": hf_class} if hf_class else {})
+    backbone_config = bundle.backbone_config_from(folder / bundle.BACKBONE) if (folder / bundle.BACKBONE).is_file() \
+        else bundle.pristine_backbone_config(cfg.backbone)
+
+    bundle.write_meta(tmp, bundle.model_config(cfg), meta, backbone_config)
+    if hf_class:
+        (tmp / bundle.INFO).write_text(json.dumps(json.loads((tmp / bundle.INFO).read_text()) | {"weights": "hf"},
+                                                  indent=1))
+    trained.tokenizer.save_pretrained(str(tmp))
+    (tmp / "README.md").write_text(card.text(cfg, info, hf_class, why))
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest, hf_class

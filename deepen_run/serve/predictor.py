@@ -1,0 +1,122 @@
+"""A trained model in memory: deepen_run.load's result, and its predict().
+
+Texts are tokenized and batched exactly as the run's evaluation did (data/loaders.py: the run's
+tokenizer and data.max_seq_length, longest first, train.eval_batch_size a batch), so a dev set
+through predict() gives the run's own predictions/<task>.tsv.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import torch
+
+from deepen_run.errors import UserError
+
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model's forward takes from a batch
+Text = Union[str, Sequence[str]]  # a sentence, or a pair (a, b)
+
+
+@dataclass
+class Prediction:
+    """One input's result. label/probabilities for a classification task, score for STS-B;
+    extras: what else the method hands out per example (HIRE: "alpha", its layer importances)."""
+    label: Optional[str] = None
+    label_id: Optional[int] = None
+    probability: Optional[float] = None
+    probabilities: dict = field(default_factory=dict)
+    score: Optional[float] = None
+    extras: dict = field(default_factory=dict)
+
+
+def pick_task(tasks: dict, task: Optional[str]):
+    """The TaskSpec to predict: `task`, or the model's only one."""
+    if task is None:
+        if len(tasks) > 1:
+            raise UserError(f"this model has {len(tasks)} tasks ({', '.join(tasks)}); name one (task=... / --task)")
+        return next(iter(tasks.values()))
+    if task not in tasks:
+        raise UserError(f"task {task!r} is not one of this model's: {', '.join(tasks)}")
+    return tasks[task]
+
+
+def split_inputs(texts: Sequence[Text], spec) -> tuple[list[str], Optional[list[str]]]:
+    """-> (first sentences, second sentences or None); a pair for a one-sentence task, or one
+    sentence for a pair task, is refused naming the first such input."""
+    if isinstance(texts, str) or (isinstance(texts, tuple) and len(texts) == 2 and spec.text_b
+                                  and all(isinstance(t, str) for t in texts)):
+        texts = [texts]
+    a, b = [], []
+    for i, t in enumerate(texts):
+        pair = not isinstance(t, str)
+        if pair and len(t) != 2:
+            raise UserError(f"input {i + 1} has {len(t)} parts; give a sentence or a pair (a, b)")
+        if pair and not spec.text_b:
+            raise UserError(f"input {i + 1} is a sentence pair, but {spec.name} takes one sentence")
+        if not pair and spec.text_b:
+            raise UserError(f"input {i + 1} is one sentence, but {spec.name} takes a pair "
+                            f"({spec.text_a}, {spec.text_b})")
+        a.append(t[0] if pair else t)
+        if pair:
+            b.append(t[1])
+    return a, (b if spec.text_b else None)
+
+
+class TrainedModel:
+    """model (eval mode), tokenizer, tasks (name -> TaskSpec), heads, cfg (the run's config), info."""
+
+    def __init__(self, model, tokenizer, tasks, cfg, info: dict, folder: Path, device: Optional[str] = None):
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model, self.tokenizer, self.cfg, self.info, self.folder = model.to(self.device), tokenizer, cfg, info, folder
+        self.tasks = {t.name: t for t in tasks}
+        self.heads = model.heads
+
+    def __repr__(self) -> str:
+        return (f"TrainedModel({self.info.get('method')} on {self.info.get('backbone')}, tasks "
+                f"{', '.join(self.tasks)}, run {self.info.get('run_id')})")
+
+    def spec(self, task: Optional[str]):
+        return pick_task(self.tasks, task)
+
+    @torch.no_grad()
+    def forward(self, texts: Sequence[Text], task: Optional[str] = None, batch_size: Optional[int] = None):
+        """-> (logits (N, C), extras {key: (N, ...)}) in input order."""
+        import datasets
+
+        from deepen_run.data import loaders as gd
+
+        spec = self.spec(task)
+        a, b = split_inputs(texts, spec)
+        cols = {"text_a": a} | ({"text_b": b} if b is not None else {})
+        datasets.disable_progress_bars()
+        ds = gd.tokenize(datasets.Dataset.from_dict(cols), self.tokenizer, self.cfg.data.max_seq_length, None,
+                         spec.name)
+        loader = gd.eval_loader(ds, self.tokenizer, batch_size or self.cfg.train.eval_batch_size)
+        logits, extras = [], {}
+        for batch in loader:
+            out = self.model(spec.name, **{k: batch[k].to(self.device) for k in INPUTS if k in batch})
+            logits.append(out.logits.float().cpu())
+            for k, v in out.extras.items():
+                extras.setdefault(k, []).append(v.float().cpu())
+        back = torch.argsort(torch.tensor(loader.dataset.order)) if len(a) else torch.zeros(0, dtype=torch.long)
+        if not logits:
+            return torch.zeros(0, spec.num_labels), {}
+        return torch.cat(logits)[back], {k: torch.cat(v)[back] for k, v in extras.items()}
+
+    def predict(self, texts: Sequence[Text], task: Optional[str] = None,
+                batch_size: Optional[int] = None) -> list[Prediction]:
+        """Sentences (or pairs, for a pair task) -> one Prediction each, in order."""
+        spec = self.spec(task)
+        logits, extras = self.forward(texts, task, batch_size)
+        out = []
+        for i, row in enumerate(logits):
+            ex = {k: v[i].reshape(-1).tolist() for k, v in extras.items()}
+            if spec.is_regression:
+                out.append(Prediction(score=float(row.squeeze(-1)), extras=ex))
+                continue
+            p = torch.softmax(row, -1)
+            k = int(row.argmax())
+            out.append(Prediction(spec.label_names[k], k, float(p[k]),
+                                  {n: float(v) for n, v in zip(spec.label_names, p)}, extras=ex))
+        return out

@@ -1,0 +1,93 @@
+"""deepen-predict's text in and out: inputs from arguments, a TSV or stdin; results as a TSV.
+
+A TSV input either has a header naming the task's GLUE columns (e.g. SST-2's dev.tsv: sentence;
+MRPC's: #1 String, #2 String; an `index` column, if any, gives each row's idx) or has none: then
+its first column (and second, for a pair task) are the texts, and any line may be a pair
+"a<TAB>b". The output's first two columns, idx and prediction, are those of a run's
+predictions/<task>.tsv (class id, or the STS-B score to 4 decimals), so the two can be compared line
+by line; then the label name and its probability, every class's probability (p/<label>) and the
+method's per-example extras (HIRE: alpha/<j>, its importance of each layer it reads).
+"""
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import Iterable, Optional
+
+from deepen_run.errors import UserError
+
+csv.field_size_limit(sys.maxsize)
+INDEX = ("index", "idx")
+
+
+def from_lines(lines: Iterable[str]) -> list:
+    """Plain lines: a sentence each, or a tab-separated pair."""
+    out = []
+    for line in lines:
+        line = line.rstrip("\n")
+        if line.strip():
+            parts = line.split("\t")
+            out.append(parts[0] if len(parts) == 1 else tuple(parts))
+    return out
+
+
+def read_tsv(path: Path, spec) -> tuple[list[int], list]:
+    """-> (idx per row, texts) of a TSV file."""
+    if not path.is_file():
+        raise UserError(f"--tsv {path}: no such file")
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+    if not rows:
+        return [], []
+    names = [c for c in spec.tsv_cols[:2] if c is not None]
+    header = rows[0]
+    if names and all(isinstance(c, str) and c in header for c in names):
+        cols = [header.index(c) for c in names]
+        iid = next((header.index(c) for c in INDEX if c in header), None)
+        body = rows[1:]
+    else:
+        cols = [c for c in spec.tsv_cols[:2] if isinstance(c, int)] or list(range(2 if spec.text_b else 1))
+        iid, body = None, rows
+    idx, texts = [], []
+    for n, row in enumerate(body):
+        if max(cols) >= len(row):
+            raise UserError(f"--tsv {path}: line {n + 1 + (body is not rows)} has {len(row)} columns, "
+                            f"{max(cols) + 1} expected")
+        vals = [row[c] for c in cols]
+        texts.append(vals[0] if len(vals) == 1 else tuple(vals))
+        idx.append(int(row[iid]) if iid is not None else n)
+    return idx, texts
+
+
+def header(spec, extras: dict) -> list[str]:
+    cols = ["idx", "prediction"]
+    if not spec.is_regression:
+        cols += ["label", "probability"] + [f"p/{n}" for n in spec.label_names]
+    for key, values in extras.items():
+        cols += [f"{key}/{j}" for j in range(len(values))]
+    return cols
+
+
+def rows(spec, idx: list[int], preds: list) -> list[str]:
+    """TSV lines, the header first."""
+    lines = ["\t".join(header(spec, preds[0].extras if preds else {}))]
+    for i, p in zip(idx, preds):
+        if spec.is_regression:
+            vals = [str(i), f"{p.score:.4f}"]
+        else:
+            vals = [str(i), str(p.label_id), p.label, f"{p.probability:.6f}"] + \
+                   [f"{p.probabilities[n]:.6f}" for n in spec.label_names]
+        for values in p.extras.values():
+            vals += [f"{v:.6f}" for v in values]
+        lines.append("\t".join(vals))
+    return lines
+
+
+def write(lines: list[str], out: Optional[Path]) -> None:
+    text = "\n".join(lines) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)

@@ -1,0 +1,212 @@
+"""MLflow 3's model side of a run: its LoggedModel (the weights it kept, linked to its eval/* scores),
+its GLUE files as dataset inputs, the registry's named versions and the system metrics monitor.
+
+A LoggedModel's artifacts are the model folder deepen_run/serve/bundle.py writes. With the local
+store (file:// artifacts) the folder is written in place, and its weights file is a hard link of the
+run's checkpoints/best/model.safetensors where those are the very weights the run's scores describe:
+one copy on disk for both (docs/use-a-model.md, "Where the weights are").
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Callable, Optional
+from urllib.parse import unquote, urlparse
+
+from mlflow.entities import DatasetInput, InputTag, LoggedModelOutput, LoggedModelStatus, Metric
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from deepen_run.errors import UserError
+
+MODEL_TYPE = "deepen-run"
+MODEL_TAG = "model_id"  # the run's tag naming its LoggedModel
+CONTEXT = "mlflow.data.context"  # MLflow's input tag: train / dev / test
+
+
+def local_dir(uri: str) -> Optional[Path]:
+    """The folder behind a file:// artifact URI (None for a remote artifact store)."""
+    scheme = urlparse(uri).scheme
+    if scheme == "file":
+        return Path(unquote(urlparse(uri).path))
+    return Path(uri) if scheme == "" else None  # mlflow-artifacts:/, s3://, ...: through the client
+
+
+def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], fill: Callable[[Path], None],
+              step: int, datasets: Optional[dict[str, tuple[str, str]]] = None) -> str:
+    """Create the run's LoggedModel, fill its artifact folder with fill(folder), link the run's latest
+    eval/* values to it and mark it READY. -> the model id. datasets: eval name (sst2, mnli-m) ->
+    (dataset name, digest) of the dev set its eval/<name>/* metrics were measured on."""
+    client: MlflowClient = tracker.client
+    model = client.create_logged_model(tracker.experiment_id, name=name, source_run_id=tracker.run_id, tags=tags,
+                                       params={k: str(v)[:6000] for k, v in params.items()}, model_type=MODEL_TYPE)
+    try:
+        where = local_dir(model.artifact_location)
+        if where is not None:
+            where.mkdir(parents=True, exist_ok=True)
+            fill(where)
+        else:  # a remote artifact store: write locally, upload, drop the local copy
+            with tempfile.TemporaryDirectory() as tmp:
+                fill(Path(tmp))
+                client.log_model_artifacts(model.model_id, tmp)
+        link_metrics(client, tracker.run_id, model.model_id, datasets or {})
+        client.log_outputs(tracker.run_id, [LoggedModelOutput(model.model_id, step)])
+        client.set_tag(tracker.run_id, MODEL_TAG, model.model_id)
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    except BaseException:
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
+        raise
+    return model.model_id
+
+
+def link_metrics(client: MlflowClient, run_id: str, model_id: str, datasets: dict[str, tuple[str, str]]) -> None:
+    """The run's latest eval/* values, logged again with the model's id and their own timestamp and
+    step: MLflow keeps a metric already in the run once (same key, value, step and timestamp), and
+    records the model's link to it, so the Models tab shows eval/score without a second history point.
+    A task's own metrics name the dev set they were measured on (the Models tab's Dataset column)."""
+    keys = [k for k in client.get_run(run_id).data.metrics if k.startswith("eval/")]
+    latest = []
+    for k in keys:
+        hist = client.get_metric_history(run_id, k)
+        last = max(hist, key=lambda m: (m.step, m.timestamp))
+        name, digest = datasets.get(k.split("/")[1], (None, None)) if k.count("/") == 2 else (None, None)
+        latest.append(Metric(k, last.value, last.timestamp, last.step, model_id=model_id, dataset_name=name,
+                             dataset_digest=digest))
+    if latest:
+        client.log_batch(run_id, metrics=latest)
+
+
+def model_of_run(uri: str, run_id: str) -> Optional[str]:
+    """The LoggedModel a run produced (its tag, else a search by source run), or None."""
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(run_id)
+    if run.data.tags.get(MODEL_TAG):
+        return run.data.tags[MODEL_TAG]
+    found = client.search_logged_models([run.info.experiment_id], filter_string=f"source_run_id = '{run_id}'",
+                                        max_results=1)
+    return found[0].model_id if found else None
+
+
+def run_exists(uri: str, run_id: str) -> bool:
+    try:
+        MlflowClient(tracking_uri=uri).get_run(run_id)
+        return True
+    except MlflowException:
+        return False
+
+
+def model_files(uri: str, model_id: str) -> Path:
+    """A local folder holding the LoggedModel's files: the folder itself for a local artifact store,
+    else a download (a temporary folder)."""
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        model = client.get_logged_model(model_id)
+    except MlflowException as e:
+        raise UserError(f"no logged model {model_id!r} in {uri}") from e
+    where = local_dir(model.artifact_location)
+    if where is not None:
+        return where
+    from mlflow.artifacts import download_artifacts
+
+    return Path(download_artifacts(artifact_uri=model.artifact_location, dst_path=tempfile.mkdtemp(),
+                                   tracking_uri=uri))
+
+
+def resolve_models_uri(uri: str, models_uri: str) -> str:
+    """models:/<model id> or models:/<registered name>@<alias> | /<version> -> the model id."""
+    rest = models_uri[len("models:/"):]
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        if "@" in rest:
+            name, alias = rest.split("@", 1)
+            mv = client.get_model_version_by_alias(name, alias)
+        elif "/" in rest:
+            name, version = rest.split("/", 1)
+            mv = client.get_model_version(name, version)
+        else:
+            return rest
+        # A version made from a LoggedModel names it; the SQL store leaves model_id empty: its run's tag says.
+        return mv.model_id or model_of_run(uri, mv.run_id)
+    except MlflowException as e:
+        raise UserError(f"{models_uri}: not in the model registry of {uri}") from e
+
+
+def register(uri: str, run_id: str, name: str, alias: str = "champion") -> tuple[str, str]:
+    """Register a run's LoggedModel as a new version of `name` with `alias`. -> (version, model id)."""
+    model_id = model_of_run(uri, run_id)
+    if model_id is None:
+        raise UserError(f"run {run_id} has no logged model (it kept no weights: train.save_best=true keeps them)")
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        client.create_registered_model(name)
+    except MlflowException:
+        pass  # already registered: add a version
+    # The model's artifact location as the source, not models:/<id>: MLflow resolves that one through
+    # the process-wide tracking URI, not this client's store.
+    source = client.get_logged_model(model_id).artifact_location
+    version = client.create_model_version(name, source, run_id=run_id, model_id=model_id)
+    client.set_registered_model_alias(name, alias, version.version)
+    # What mlflow.register_model does besides: the model lists its versions (the Models tab's column).
+    from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
+
+    listed = json.loads(client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS) or "[]")
+    client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(
+        listed + [{"name": name, "version": version.version}])})
+    return version.version, model_id
+
+
+def dataset_input(name: str, context: str, path: Path, digest: str) -> DatasetInput:
+    """A GLUE file as MLflow dataset input: its path as the source, data/fingerprint.py's SHA-256
+    (its first 32 hex digits: MLflow's digest column holds 36 characters) as the digest."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    with warnings.catch_warnings():  # two registered local sources read a path alike; MLflow warns and takes one
+        warnings.simplefilter("ignore", UserWarning)
+        source = resolve_dataset_source(str(path))
+    ds = MetaDataset(source, name=name, digest=short_digest(digest))
+    return DatasetInput(ds._to_mlflow_entity(), tags=[InputTag(CONTEXT, context)])
+
+
+def short_digest(digest: str) -> str:
+    """data/fingerprint.py's "<size>:<sha256>" -> the SHA-256's first 32 hex digits (MLflow's digest
+    column holds 36 characters)."""
+    return digest.split(":")[-1][:32]
+
+
+def log_datasets(tracker, inputs: list[DatasetInput]) -> None:
+    if tracker.enabled and tracker.run_id and inputs:
+        tracker.client.log_inputs(tracker.run_id, datasets=inputs)
+
+
+class SystemMetrics:
+    """MLflow's CPU, memory, disk and GPU monitor (system/* metrics, every 10 s) for one run."""
+
+    def __init__(self, tracker, on: bool):
+        self.monitor = None
+        if on and tracker.enabled and tracker.run_id:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            from mlflow.environment_variables import MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
+
+            # MLflow's own setting of how often it samples (default 10 s), as mlflow.start_run reads it.
+            every = MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.get() or 10
+            self.monitor = SystemMetricsMonitor(tracker.run_id, sampling_interval=every, tracking_uri=tracker.uri,
+                                                resume_logging=True)
+            self.monitor.start()
+
+    def stop(self) -> None:
+        if self.monitor is not None:
+            self.monitor.finish()
+            self.monitor = None
+
+
+def copy_or_link(src: Path, dst: Path) -> None:
+    """dst becomes src's bytes: a hard link where both sit on one file system, else a copy."""
+    try:
+        dst.hardlink_to(src)
+    except OSError:
+        shutil.copyfile(src, dst)
