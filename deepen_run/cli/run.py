@@ -27,7 +27,7 @@ import hydra  # noqa: E402
 
 from deepen_run.config.schema import ROOT, register  # noqa: E402
 from deepen_run.errors import UserError, fail, fail_with  # noqa: E402
-from deepen_run.util import exit_now, one_line, phase  # noqa: E402
+from deepen_run.util import QuickExit, one_line, phase  # noqa: E402
 
 register()
 
@@ -164,7 +164,8 @@ def main() -> None:
 
 def entry() -> None:
     """The console script: main(), then an exit without the interpreter's slow teardown once a run
-    (or a sweep) has returned and recorded everything (util.exit_now). Error exits stay ordinary."""
+    (or a sweep) has returned and recorded everything (util.QuickExit). Error exits stay ordinary."""
+    exit_now = QuickExit()  # first: its atexit handler must run after every other one
     main()
     phase("exit")
     exit_now(0)
