@@ -70,8 +70,13 @@ def _task(cfg) -> float:
     with copied_to_log():  # the run dir's log holds what the run printed
         if job is not None:
             return job.run(cfg, checked_run)  # a failing job returns NaN so the sweep goes on
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
         try:
             return checked_run(cfg)
+        except (HydraException, OmegaConfBaseException) as e:
+            raise FromRun(e) from e
         except UserError as e:
             _log_only(one_line(e))
             raise  # through Hydra: rundir.RunDirGuard removes what this attempt created, then prints it
@@ -94,14 +99,13 @@ def _hydra_main() -> None:
     hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")(_task)()
 
 
-def _from_task(e: BaseException) -> bool:
-    """Was `e` raised inside the task function (a run), not while Hydra composed the config?"""
-    tb = e.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code is _task.__code__:
-            return True
-        tb = tb.tb_next
-    return False
+class FromRun(Exception):
+    """A Hydra or OmegaConf error the run itself raised (a bug: shown with its traceback), carried
+    past main's handler of the same types from composition (bad input: one line)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
 
 
 def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
@@ -152,9 +156,9 @@ def main() -> None:
         sys.exit(128 + getattr(e, "signum", 2))  # its parent is closed KILLED at exit (sweep/launch.py)
     except UserError as e:  # normally printed by rundir.RunDirGuard.on_run_end, before Hydra's own line
         fail_with(e)
+    except FromRun as e:
+        raise e.error from None  # the run's own error, as it was raised there
     except (HydraException, OmegaConfBaseException) as e:
-        if _from_task(e):
-            raise
         from deepen_run.run.preflight import typo
 
         better = typo(str(e), sys.argv[1:])  # a key without + that the schema lacks: did you mean ...

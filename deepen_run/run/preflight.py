@@ -68,8 +68,10 @@ def schema_keys(cfg) -> None:
         for key in node.keys():
             if known is not None and key not in known:
                 raise unknown_key(prefix, str(key), known)
-            child = node._get_node(key)
-            if isinstance(child, DictConfig) and not child._is_none():
+            if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
+                continue  # not a node of its own here (reading it would resolve or raise)
+            child = node[key]  # a None node reads as None
+            if isinstance(child, DictConfig):
                 walk(child, f"{prefix}{key}.")
 
     walk(cfg, "")
