@@ -27,9 +27,10 @@ import hydra  # noqa: E402
 
 from deepen_run.config.schema import ROOT, register  # noqa: E402
 from deepen_run.errors import UserError, fail, fail_with  # noqa: E402
+from deepen_run.methods import schemas  # noqa: E402
 from deepen_run.util import QuickExit, one_line, phase  # noqa: E402
 
-register()
+register(schemas())
 
 
 def _log_only(msg: str) -> None:
@@ -88,7 +89,9 @@ def _task(cfg) -> float:
 
 def _what_is_left(e: KeyboardInterrupt) -> str:
     """The truth about a stopped run: the runner says which checkpoint it left (if it got that far)."""
-    if not hasattr(e, "checkpoint"):
+    from deepen_run.run.runner import RunKilled
+
+    if not isinstance(e, RunKilled):
         return "no MLflow run had started yet; nothing to continue"
     if e.checkpoint is None:
         return "the run is KILLED with no checkpoint (resume=auto runs it again from step 0 as the same run)"

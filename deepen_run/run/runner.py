@@ -6,6 +6,10 @@ A dry run stops after recording the model's sizes: it imports nothing of data, m
 """
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+from typing import Optional
+
 from accelerate.utils import set_seed
 from omegaconf import OmegaConf
 
@@ -14,7 +18,7 @@ from deepen_run.model import steps as backbone_steps
 from deepen_run.run import summary
 from deepen_run.run.context import Run
 from deepen_run.run.fast import make_accelerator
-from deepen_run.run.lifecycle import guard, provenance, reap_orphans
+from deepen_run.run.lifecycle import Interrupted, guard, provenance, reap_orphans
 from deepen_run.methods import METHODS
 from deepen_run.model.heads import new_parameters, param_report
 from deepen_run.run.preflight import check  # noqa: F401 (the pre-flight, also for callers of runner)
@@ -23,6 +27,18 @@ from deepen_run.run.resume import current_dir, save_run_config
 from deepen_run.data.fingerprint import save_fingerprint
 from deepen_run.tracking.store import Tracker, TrackingLost, flatten
 from deepen_run.util import first_line, phase
+
+
+class RunKilled(Interrupted):
+    """The run ended KILLED by a signal (Ctrl-C included): which one, and the checkpoint it left
+    (None: none saved), for the exit message of the command or the sweep job."""
+
+    def __init__(self, signum: int, checkpoint: Optional[Path]):
+        super().__init__(signum)
+        self.checkpoint = checkpoint
+
+    def __reduce__(self):  # a sweep job's exception travels to the launcher pickled
+        return (RunKilled, (self.signum, self.checkpoint))
 
 
 def run_name(cfg) -> str:
@@ -98,9 +114,8 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         return score
     except KeyboardInterrupt as e:
         status = "KILLED"
-        e.checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
         tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"})
-        raise
+        raise RunKilled(getattr(e, "signum", signal.SIGINT), ck.latest(home) if home is not None else None) from e
     except TrackingLost:
         raise  # the store is gone: nothing more can be recorded there (the checkpoint is saved)
     except Exception as e:
