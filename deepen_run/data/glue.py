@@ -71,10 +71,6 @@ TASKS: MappingProxyType = MappingProxyType({
     ]
 })
 
-# The eight tasks of the PALs paper (GLUE without WNLI).
-GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
-
-
 def get_tasks(names) -> list[TaskSpec]:
     from deepen_run.errors import UserError
 

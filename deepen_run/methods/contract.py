@@ -50,7 +50,7 @@ class MethodConfigModule(Protocol):
 
 @runtime_checkable
 class MethodModule(Protocol):
-    """methods/<name>.py: the model; imported only when a run builds it."""
+    """methods/<name>/model.py: the model; imported only when a run builds it."""
 
     Config: type
 

@@ -1,7 +1,8 @@
-"""One run's life: check -> model -> MLflow run -> the training recipe (deepen_run/run/train.py) -> summary.
+"""One run's life: model -> MLflow run -> the training recipe (deepen_run/run/train.py) -> summary.
 
-Cheap checks (tasks, numbers, files, backbone, tracking store) come first so bad input fails in
-seconds; the MLflow run is created only once they pass, and always ends FINISHED, FAILED or KILLED.
+The caller has run the pre-flight once (cheap checks of tasks, numbers, files, backbone, tracking
+store: bad input fails in seconds) and hands its tasks in; the MLflow run is created only after it,
+and always ends FINISHED, FAILED or KILLED.
 A dry run stops after recording the model's sizes: it imports nothing of data, metrics or figures.
 """
 from __future__ import annotations
@@ -21,7 +22,6 @@ from deepen_run.run.fast import make_accelerator
 from deepen_run.run.lifecycle import Interrupted, guard, provenance, reap_orphans
 from deepen_run.methods import METHODS
 from deepen_run.model.heads import new_parameters, param_report
-from deepen_run.run.preflight import check  # noqa: F401 (the pre-flight, also for callers of runner)
 from deepen_run.config.redact import public_config
 from deepen_run.run.resume import current_dir, save_run_config
 from deepen_run.data.fingerprint import save_fingerprint
@@ -54,10 +54,10 @@ def tags_for(cfg) -> dict[str, str]:
             "schedule": cfg.schedule.name, "seed": str(cfg.seed), "dry_run": str(bool(cfg.dry_run)).lower()}
 
 
-def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -> float:
-    """resume_home: the run dir of a killed run to continue (deepen_run/run/resume.py), or None;
-    tags: extra run tags (a sweep job's parent run and sweep id)."""
-    tasks = tasks or check(cfg)
+def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) -> float:
+    """tasks: what the pre-flight returned (run/preflight.py's check, which the caller ran: the
+    entry point, cli.run.checked_run); resume_home: the run dir of a killed run to continue
+    (deepen_run/run/resume.py), or None; tags: extra run tags (a sweep job's parent run and sweep id)."""
     home = resume_home or current_dir()
     accelerator = make_accelerator(cfg.train)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
