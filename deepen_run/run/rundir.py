@@ -86,7 +86,7 @@ def failure(job_return) -> Optional[BaseException]:
         return None
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            job_return.return_value
+            _ = job_return.return_value  # raises what the job raised
     except BaseException as e:  # noqa: BLE001 (whatever the job raised is the answer)
         return e
     return None
