@@ -19,7 +19,7 @@ $(BIN)/deepen-run: pyproject.toml
 
 install: $(BIN)/deepen-run
 
-# Everything, what CI runs (about 11 minutes on 2 CPU cores); the slowest tests are listed at the end.
+# Everything, what CI runs (its time: docs/development.md); the slowest tests are listed at the end.
 # One process: the sweep tests that stop jobs mid-training need the cores to themselves (beside
 # other tests, two jobs logging to one SQLite store timed out on its lock: "database is locked").
 test: install
@@ -58,7 +58,7 @@ bench: install
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 # The floor study (docs/study.md, conf/study/floor_*.yaml): MiniLM on SST-2 and STS-B, seeds 1-5, every
-# primary control, in parts of at most ~90 min on 2 idle cores (about 4 h in all); then the report in
+# primary control, in parts of at most ~90 min on 2 idle cores (time in all: docs/results.md); the report in
 # outputs/study-floor/all/. PART=pilot|base|hire|dup|multi runs one part (pilot first), PART=sched|gru a
 # secondary one; a killed part continues when the same command runs again. STUDY_ARGS: e.g. --smoke.
 study: install

@@ -53,6 +53,7 @@ from deepen_run.data import loaders as gd  # noqa: E402
 from deepen_run.model import steps as backbone_steps  # noqa: E402
 from deepen_run.data import tsv  # noqa: E402
 from deepen_run.config.schema import ROOT, register  # noqa: E402
+from deepen_run.methods import schemas  # noqa: E402
 from deepen_run.run.fast import resolve_precision  # noqa: E402
 from deepen_run.data.glue import get_tasks  # noqa: E402
 from deepen_run.methods import METHODS  # noqa: E402
@@ -110,7 +111,7 @@ def parse(argv=None):
 
 
 def compose_cfg(a, *extra: str):
-    register()
+    register(schemas())
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         return compose(config_name="config", overrides=[
             f"backbone={a.backbone}", f"task={a.task}", f"train.batch_size={a.batch_size}",

@@ -12,11 +12,12 @@ from hydra import compose, initialize_config_dir
 from mlflow.tracking import MlflowClient
 
 from deepen_run.config.schema import ROOT, register
+from deepen_run.methods import schemas
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-register()
+register(schemas())
 
 
 @pytest.fixture(scope="session")

@@ -236,9 +236,10 @@ CHECK_ALL = """
 import json, sys
 from hydra import compose, initialize_config_dir
 from deepen_run.config.schema import register
+from deepen_run.methods import schemas
 from deepen_run.errors import UserError
 from deepen_run.run import preflight
-register()
+register(schemas())
 out = {}
 with initialize_config_dir(config_dir=sys.argv[1], version_base=None):
     for case, overrides in json.loads(sys.argv[2]).items():
@@ -273,20 +274,27 @@ def test_cheap_checks_load_no_model_library(glue_dir, tmp_path):
 
 
 def test_scheduler_names_are_transformers_schedulers():
-    """preflight.SCHEDULERS (kept without importing transformers) are SchedulerType values that build from
-    warmup and total steps alone and step without a metric, as train.scheduler_for uses them."""
+    """preflight.SCHEDULERS (a literal: the cheap checks import no transformers) is exactly the set of
+    transformers' SchedulerType values that build from warmup and total steps alone and step without
+    a metric, as train.scheduler_for uses them: a scheduler transformers adds or drops fails here."""
     import torch
     from transformers import get_scheduler
     from transformers.trainer_utils import SchedulerType
 
     from deepen_run.run.preflight import SCHEDULERS
 
-    for name in SCHEDULERS:
-        assert name in {s.value for s in SchedulerType}, name
+    def builds(name: str) -> bool:
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-        sched = get_scheduler(name, opt, num_warmup_steps=2, num_training_steps=10)
-        opt.step()
-        sched.step()
+        try:
+            sched = get_scheduler(name, opt, num_warmup_steps=2, num_training_steps=10)
+            opt.step()
+            sched.step()
+        except (TypeError, ValueError):  # needs lr_scheduler_kwargs or a metric
+            return False
+        return True
+
+    assert len(set(SCHEDULERS)) == len(SCHEDULERS)
+    assert set(SCHEDULERS) == {s.value for s in SchedulerType if builds(s.value)}
 
 
 def test_read_only_store_as_a_non_root_user_sees_it(tmp_path, monkeypatch):

@@ -93,7 +93,7 @@ def test_hire_reads_and_labels_the_copies():
     assert model.layer_labels == ["1", "2", "2'"]
     assert model.layer_names == ["layer_1", "layer_2", "layer_2_copy1"]
     model.eval()
-    alpha = model.importance("sst2", **token_batch())
+    alpha = model("sst2", **token_batch()).extras["alpha"]
     assert alpha.shape == (3, 3) and torch.allclose(alpha.sum(-1), torch.ones(3))
     model, _, _ = build("hire", "method.include_embeddings=true", dup=[0, 0, 1])
     assert model.layer_labels == ["0", "1", "1'", "1''", "2"]

@@ -11,7 +11,7 @@ from deepen_run.errors import UserError
 from deepen_run.data.glue import get_tasks
 from deepen_run.model.layers import layer_order, original_positions, sources
 from deepen_run.methods import METHODS
-from deepen_run.run.runner import check
+from deepen_run.run.preflight import check
 
 
 def build(layers, seed=0):
@@ -114,7 +114,7 @@ def test_invalid_indices_name_the_valid_range(layers):
 
 
 def test_invalid_indices_fail_in_the_cheap_checks(glue_dir):
-    # runner.check() runs before any weights load; MiniLM's depth comes from its config.json.
+    # preflight.check() runs before any weights load; MiniLM's depth comes from its config.json.
     cfg = make_cfg("backbone=minilm", "method=duplicate", "method.layers=[2,6]", f"data.glue_dir={glue_dir}")
     with pytest.raises(UserError, match=r"method.layers=\[2, 6\]: \[6\] out of range.*0\.\.5"):
         check(cfg)

@@ -1,4 +1,4 @@
-"""The quick exit after a run (util.exit_now, the console script's `entry`) loses nothing: other
+"""The quick exit after a run (util.QuickExit, the console script's `entry`) loses nothing: other
 threads finish, atexit handlers run, buffered output reaches the pipe, the exit code is kept; and
 a real run through the entry point leaves its whole log and a FINISHED run. The metric imports
 started in the background (metrics.preload) are done by the time the thread joins."""
@@ -17,8 +17,9 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTH
 
 EXITING = textwrap.dedent("""
     import atexit, sys, threading, time
-    from deepen_run.util import exit_now
+    from deepen_run.util import QuickExit
 
+    exit_now = QuickExit()  # as cli.run.entry does, before anything else registers at exit
     atexit.register(lambda: print("atexit ran"))
     def late():
         time.sleep(0.3)
@@ -70,8 +71,8 @@ def test_a_run_through_the_entry_point_ends_whole(tmp_path, glue_dir):
 def test_exit_now_stops_a_thread_pool_as_the_interpreter_does():
     """A pool's idle non-daemon workers end through the hook the interpreter runs at exit; joining
     them first would wait forever."""
-    code = ("from concurrent.futures import ThreadPoolExecutor\nfrom deepen_run.util import exit_now\n"
-            "pool = ThreadPoolExecutor(2)\nprint(pool.submit(lambda: 'pool ran').result())\nexit_now(0)\n")
+    code = ("from concurrent.futures import ThreadPoolExecutor\nfrom deepen_run.util import QuickExit\n"
+            "exit_now = QuickExit()\npool = ThreadPoolExecutor(2)\nprint(pool.submit(lambda: 'pool ran').result())\nexit_now(0)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
     assert r.returncode == 0 and r.stdout == "pool ran\n", r.stderr
 

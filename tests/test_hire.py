@@ -13,7 +13,7 @@ from deepen_run.errors import UserError
 from deepen_run.data.glue import get_tasks
 from deepen_run.methods.hire import model as hire
 from deepen_run.model.heads import count, pool
-from deepen_run.run.runner import check
+from deepen_run.run.preflight import check
 from deepen_run.run.train import optimizer_for
 
 TASKS = ["sst2", "stsb"]
@@ -40,7 +40,7 @@ def batch(lengths=(9, 5, 7, 2), T=9, pad=0):
 def test_importance_is_a_distribution_over_layers_per_example():
     model, _ = build()
     model.eval()
-    alpha = model.importance("sst2", **batch())
+    alpha = model("sst2", **batch()).extras["alpha"]
     assert alpha.shape == (4, LAYERS - 1)
     assert torch.allclose(alpha.sum(-1), torch.ones(4), atol=1e-6)
     assert (alpha > 0).all()
@@ -102,11 +102,11 @@ def test_gradients_reach_backbone_and_both_grus():
 
 def test_fixed_importances_mean_and_random():
     mean, _ = build("method.importance=mean")
-    alpha = mean.importance("sst2", **batch())
+    alpha = mean("sst2", **batch()).extras["alpha"]
     assert torch.equal(alpha, torch.full((4, LAYERS - 1), 1 / (LAYERS - 1)))
     assert mean.hire["shared"].extractor is None  # fixed weights need no summaries
     rand, _ = build("method.importance=random", "method.random_seed=3")
-    a = rand.importance("sst2", **batch())
+    a = rand("sst2", **batch()).extras["alpha"]
     assert torch.allclose(a.sum(-1), torch.ones(4)) and torch.equal(a[0], a[3])
     assert not torch.allclose(a[0], alpha[0])
     again, _ = build("method.importance=random", "method.random_seed=3")

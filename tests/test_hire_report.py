@@ -57,7 +57,7 @@ def test_report_uses_the_evaluation_and_matches_a_separate_pass(glue_dir, mlflow
         ds = data[spec.name].dev[spec.name]
         batches = list(gd.make_loader(ds, tok, BATCH, False, cfg.seed))
         with torch.no_grad():
-            alpha = torch.cat([model.importance(spec.name, **batch_inputs(b)) for b in batches])
+            alpha = torch.cat([model(spec.name, **batch_inputs(b)).extras["alpha"] for b in batches])
         assert alpha.shape == (20, 3)
         for j, name in enumerate(model.layer_names):
             assert run.data.metrics[f"hire/{spec.name}/{name}"] == pytest.approx(float(alpha[:, j].mean()), abs=1e-6)

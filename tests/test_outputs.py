@@ -54,9 +54,11 @@ def test_short_run_keeps_no_weights_and_ends_with_a_summary(glue_dir, mlflow_uri
 
 
 def test_dry_run_is_named_and_tagged(mlflow_uri, capsys):
+    from deepen_run.run.preflight import check
     from deepen_run.run.runner import run
 
-    run(make_cfg("backbone=tiny", "dry_run=true", f"tracking.uri={mlflow_uri}"))
+    cfg = make_cfg("backbone=tiny", "dry_run=true", f"tracking.uri={mlflow_uri}")
+    run(cfg, check(cfg))
     _, (r,) = runs_of(mlflow_uri)
     assert r.info.run_name == "tiny-baseline-sst2-s42-dry" and r.data.tags["dry_run"] == "true"
     assert r.info.status == "FINISHED" and not any(k.startswith("eval/") for k in r.data.metrics)

@@ -196,10 +196,12 @@ def test_paper_setup_epoch_follows_the_task_list(names, steps):
 
 @pytest.mark.slow  # a BERT-base-sized model
 def test_bert_base_parameter_accounting(mlflow_uri, capsys):
+    from deepen_run.run.preflight import check
     from deepen_run.run.runner import run
 
-    run(make_cfg("method=pals", "task=glue", "backbone=bert_base", "backbone.pretrained=false", "dry_run=true",
-                 f"tracking.uri={mlflow_uri}"))
+    cfg = make_cfg("method=pals", "task=glue", "backbone=bert_base", "backbone.pretrained=false", "dry_run=true",
+                   f"tracking.uri={mlflow_uri}")
+    run(cfg, check(cfg))
     _, (r,) = runs_of(mlflow_uri)
     m = r.data.metrics
     assert m["params/backbone"] == 109_482_240

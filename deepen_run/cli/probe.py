@@ -69,9 +69,8 @@ def checkpoint_keys(bcfg) -> Optional[set]:
     path = bb.resolve(bcfg.path)
     for name in ("model.safetensors", "model.safetensors.index.json"):
         try:
-            f = cached_file(path, name, revision=bcfg.revision, local_files_only=bb._local_only(path),
-                            _raise_exceptions_for_missing_entries=False)
-        except OSError:
+            f = cached_file(path, name, revision=bcfg.revision, local_files_only=bb.local_only(path))
+        except OSError:  # this file is not there (or cannot be fetched): try the next
             f = None
         if f and name.endswith(".json"):
             return set(json.load(open(f))["weight_map"])
@@ -97,7 +96,7 @@ def load(bcfg):
     path = resolve(bcfg.path)
     mlm, info = AutoModelForMaskedLM.from_pretrained(
         path, revision=bcfg.revision, trust_remote_code=bcfg.trust_remote_code,
-        local_files_only=bb._local_only(path), output_loading_info=True)
+        local_files_only=bb.local_only(path), output_loading_info=True)
     if info["missing_keys"]:  # no safetensors header to read: the load tells us instead
         return bb.load_model(bcfg), None, f"checkpoint {bcfg.path} has no pretrained MLM head weights"
     return mlm.base_model, mlm, ""

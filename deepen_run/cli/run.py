@@ -27,9 +27,10 @@ import hydra  # noqa: E402
 
 from deepen_run.config.schema import ROOT, register  # noqa: E402
 from deepen_run.errors import UserError, fail, fail_with  # noqa: E402
-from deepen_run.util import exit_now, one_line, phase  # noqa: E402
+from deepen_run.methods import schemas  # noqa: E402
+from deepen_run.util import QuickExit, one_line, phase  # noqa: E402
 
-register()
+register(schemas())
 
 
 def _log_only(msg: str) -> None:
@@ -70,8 +71,13 @@ def _task(cfg) -> float:
     with copied_to_log():  # the run dir's log holds what the run printed
         if job is not None:
             return job.run(cfg, checked_run)  # a failing job returns NaN so the sweep goes on
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
         try:
             return checked_run(cfg)
+        except (HydraException, OmegaConfBaseException) as e:
+            raise FromRun(e) from e
         except UserError as e:
             _log_only(one_line(e))
             raise  # through Hydra: rundir.RunDirGuard removes what this attempt created, then prints it
@@ -83,7 +89,9 @@ def _task(cfg) -> float:
 
 def _what_is_left(e: KeyboardInterrupt) -> str:
     """The truth about a stopped run: the runner says which checkpoint it left (if it got that far)."""
-    if not hasattr(e, "checkpoint"):
+    from deepen_run.run.runner import RunKilled
+
+    if not isinstance(e, RunKilled):
         return "no MLflow run had started yet; nothing to continue"
     if e.checkpoint is None:
         return "the run is KILLED with no checkpoint (resume=auto runs it again from step 0 as the same run)"
@@ -94,14 +102,13 @@ def _hydra_main() -> None:
     hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")(_task)()
 
 
-def _from_task(e: BaseException) -> bool:
-    """Was `e` raised inside the task function (a run), not while Hydra composed the config?"""
-    tb = e.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code is _task.__code__:
-            return True
-        tb = tb.tb_next
-    return False
+class FromRun(Exception):
+    """A Hydra or OmegaConf error the run itself raised (a bug: shown with its traceback), carried
+    past main's handler of the same types from composition (bad input: one line)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
 
 
 def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
@@ -162,9 +169,9 @@ def main() -> None:
         sys.exit(128 + getattr(e, "signum", 2))  # its parent is closed KILLED at exit (sweep/launch.py)
     except UserError as e:  # normally printed by rundir.RunDirGuard.on_run_end, before Hydra's own line
         fail_with(e)
+    except FromRun as e:
+        raise e.error from None  # the run's own error, as it was raised there
     except (HydraException, OmegaConfBaseException) as e:
-        if _from_task(e):
-            raise
         from deepen_run.run.preflight import typo
 
         better = typo(str(e), sys.argv[1:])  # a key without + that the schema lacks: did you mean ...
@@ -174,7 +181,8 @@ def main() -> None:
 
 def entry() -> None:
     """The console script: main(), then an exit without the interpreter's slow teardown once a run
-    (or a sweep) has returned and recorded everything (util.exit_now). Error exits stay ordinary."""
+    (or a sweep) has returned and recorded everything (util.QuickExit). Error exits stay ordinary."""
+    exit_now = QuickExit()  # first: its atexit handler must run after every other one
     main()
     phase("exit")
     exit_now(0)

@@ -3,6 +3,6 @@ options as Enums (choices.py), and what is kept out of MLflow (redact.py). Light
 
 The pre-flight that checks a composed config against data, backbone and methods needs those
 layers, so it lives in run/ (run/preflight.py), not here.
-Same layer as methods' registry and config modules: schema.py registers each method's schema.
-May import: base, methods
+Below methods/: the method schemas are handed to schema.register by the entry points.
+May import: base
 """

@@ -50,14 +50,14 @@ class ScheduleKind(StrEnum):
 
 
 class Pool(StrEnum):
-    """Token vectors -> one sentence vector (deepen_run/model.pool)."""
+    """Token vectors -> one sentence vector (deepen_run.model.heads.pool)."""
     cls = "cls"
     mean = "mean"
     max = "max"
 
 
 class Pooling(StrEnum):
-    """A method's pooling: Pool, or the backbone's pretrained pooler (model.EncoderClassifier)."""
+    """A method's pooling: Pool, or the backbone's pretrained pooler (model.heads.EncoderClassifier)."""
     pooler = "pooler"
     cls = "cls"
     mean = "mean"

@@ -1,8 +1,9 @@
 """Structured configs: the schema every YAML in conf/ is checked against.
 
 A typo'd key or a wrong type fails when Hydra composes the config, before any model loads.
-Method configs live next to their method (deepen_run/methods/<name>/config.py) and are registered
-here from the registry, so adding a method never touches this file.
+Method configs live next to their method (methods/<name>/config.py); the entry points hand them
+in (register(schemas()), from the method registry), so adding a method never touches this file and
+this layer imports nothing of methods/.
 
 Each field is described once, by its `key: meaning` line in its dataclass's docstring (what
 `deepen-run --help` shows). A key that cannot change a run's result (where outputs go, logging and
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Optional
@@ -242,9 +244,11 @@ class Config:
     resume: Any = neutral(None)  # Any: the CLI gives a bool (resume=true) or a path
 
 
-def neutral_keys(schema: type = None, prefix: str = "") -> frozenset[str]:
+def neutral_keys(schema: type = None, prefix: str = "", methods: Mapping[str, type] = MappingProxyType({})
+                 ) -> frozenset[str]:
     """Dotted keys marked neutral() in `schema` (default: Config) and its nested dataclasses; for
-    Config, method.* from every registered method's schema too (e.g. method.report_examples)."""
+    Config, method.* from each method schema in `methods` too (name -> dataclass, methods.schemas():
+    e.g. method.report_examples)."""
     schema = schema or Config
     hints = typing.get_type_hints(schema)
     out = {prefix + f.name for f in dataclasses.fields(schema) if f.metadata.get("neutral")}
@@ -252,19 +256,17 @@ def neutral_keys(schema: type = None, prefix: str = "") -> frozenset[str]:
         if dataclasses.is_dataclass(hints.get(f.name)):
             out |= neutral_keys(hints[f.name], f"{prefix}{f.name}.")
     if schema is Config:
-        from deepen_run.methods import NAMES, schema_of
-
-        for name in NAMES:
-            out |= neutral_keys(schema_of(name), "method.")
+        for method in methods.values():
+            out |= neutral_keys(method, "method.")
     return frozenset(out)
 
 
-def register() -> None:
-    from deepen_run.methods import NAMES, schema_of  # the light config modules: no torch
-
+def register(methods: Mapping[str, type]) -> None:
+    """Config and each method=<name> schema (name -> dataclass: the method registry's schemas(),
+    from the light config modules, no torch) in Hydra's ConfigStore."""
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
-    for name in NAMES:
-        cs.store(group="schema/method", name=name, node=schema_of(name))
+    for name, method in methods.items():
+        cs.store(group="schema/method", name=name, node=method)
         if not (ROOT / "conf" / "method" / f"{name}.yaml").is_file():
-            cs.store(group="method", name=name, node=schema_of(name))  # a method needs no YAML of its own
+            cs.store(group="method", name=name, node=method)  # a method needs no YAML of its own

@@ -78,9 +78,6 @@ AX = TaskSpec("ax", "diagnostic", "premise", "hypothesis", TASKS["mnli"].label_n
               submission=("AX",), tsv_label_strings=True)
 DIAGNOSED_BY = "mnli"  # the task whose head predicts AX
 
-# The eight tasks of the PALs paper (GLUE without WNLI).
-GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
-
 
 def get_tasks(names) -> list[TaskSpec]:
     from deepen_run.errors import UserError

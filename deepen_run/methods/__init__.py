@@ -23,9 +23,10 @@ NAMES: every method=<name> option (methods and their presets). METHODS maps each
 module, imported on first access (METHODS["hire"] imports deepen_run.methods.hire.model, and torch
 with it); config_of(name) gives the light module, schema_of(name) the dataclass.
 
-Layers: this registry, contract.py and each method's config.py are light and sit low, in the config
-layer (config/schema.py registers their schemas); a method's other modules (model.py, report.py:
-"method models") sit above model/. The registry reaches the model modules only by name (importlib).
+Layers: this registry, contract.py and each method's config.py are light and sit just above config/
+(they use its types; the entry points hand schemas() to config/schema.py's register); a method's
+other modules (model.py, report.py: "method models") sit above model/. The registry reaches the
+model modules only by name (importlib).
 May import: base, config
 Method models may import: base, config, methods, data, model
 A config module's check(cfg) may import inside the function: model (layer indices against the
@@ -77,6 +78,12 @@ def schema_of(name: str) -> type:
     """The config dataclass of method=<name>: the method's Config, or its preset's subclass."""
     module = config_of(name)
     return module.Config if name == owner(name) else module.PRESETS[name]
+
+
+def schemas() -> Mapping[str, type]:
+    """method=<name> -> its config dataclass, for every name: what config.schema.register and
+    neutral_keys take (the config layer imports nothing of methods/)."""
+    return MappingProxyType({name: schema_of(name) for name in NAMES})
 
 
 class _Registry(Mapping):

@@ -12,20 +12,10 @@ registered method against these Protocols on a built tiny model.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
-
-@dataclass
-class Output:
-    """What a method's forward returns. extras: whatever else the method hands out per example
-    (HIRE: its layer importances "alpha", (B, J)), each a tensor whose first dim is the batch; the
-    shared prediction loop (deepen_run/run/predict.py) gathers them in dev order during evaluation, so a
-    method's report needs no second pass over the dev set and no state left on the module."""
-
-    logits: Any
-    extras: dict = field(default_factory=dict)
+from deepen_run.output import Output  # noqa: F401 (what forward returns: a base type, model/ uses it too)
 
 
 @runtime_checkable
@@ -60,7 +50,7 @@ class MethodConfigModule(Protocol):
 
 @runtime_checkable
 class MethodModule(Protocol):
-    """methods/<name>.py: the model; imported only when a run builds it."""
+    """methods/<name>/model.py: the model; imported only when a run builds it."""
 
     Config: type
 

@@ -97,8 +97,9 @@ def architecture(cfg):
     return CONFIG_MAPPING[cfg.model_type](**kw)
 
 
-def _local_only(path: str) -> bool:
-    # A cached Hub model loads without asking the (unreachable) Hub for updates first.
+def local_only(path: str) -> bool:
+    """local_files_only for from_pretrained: a cached Hub model loads without asking the
+    (unreachable) Hub for updates first."""
     return not os.path.isdir(path) and not hub_reachable()
 
 
@@ -108,7 +109,7 @@ def load_model(cfg):
     path = resolve(cfg.path)
     try:
         return AutoModel.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
-                                         local_files_only=_local_only(path))
+                                         local_files_only=local_only(path))
     except OSError as e:
         raise UserError(_hub_hint(cfg.path)) from e
 
@@ -117,7 +118,7 @@ def load_tokenizer(cfg):
     src = resolve(cfg.tokenizer or cfg.path)
     try:
         tok = AutoTokenizer.from_pretrained(src, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
-                                            local_files_only=_local_only(src))
+                                            local_files_only=local_only(src))
     except OSError as e:
         raise UserError(f"tokenizer {src!r} not found: set backbone.tokenizer=<local folder or Hub id> "
                         "(a random backbone still needs a real tokenizer)") from e

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from deepen_run.data.glue import TaskSpec
-from deepen_run.methods.contract import Output
+from deepen_run.output import Output
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:

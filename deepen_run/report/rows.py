@@ -17,11 +17,11 @@ import re
 from types import MappingProxyType
 
 from deepen_run.config.schema import neutral_keys
-from deepen_run.methods import REFERENCE
+from deepen_run.methods import REFERENCE, schemas
 
 # Never part of the key: the seed (what a row averages over) and the keys the schema marks neutral
 # (where things live, bookkeeping that cannot change a score: deepen_run/config/schema.py).
-IGNORED = neutral_keys() | {"seed"}
+IGNORED = neutral_keys(methods=schemas()) | {"seed"}
 IGNORED_PREFIXES = ("sweep.", "hydra.")
 PATHLIKE_NAME = re.compile(r"(^|[._])(path|dir|uri|file|url)$")
 PATHLIKE_VALUE = re.compile(r"^(/|~/|[a-z]+://|[a-z]+:///|pkg://)")

@@ -27,4 +27,4 @@ class RunContext:
     tokenizer: Any
     tracker: Any  # deepen_run.tracking.store.Tracker (no-op off the main process)
     accelerator: Any
-    evaluation: Any = None  # the final evaluation (deepen_run.run.evaluation.Evaluation), for after_train
+    evaluation: Any = None  # the final evaluation (run.evaluation.Evaluation): in the context after_train gets; None before

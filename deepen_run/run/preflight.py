@@ -21,8 +21,9 @@ POSITIVE = ("learning_rate", "new_params_lr_scale", "batch_size", "eval_batch_si
             "log_every")
 NON_NEGATIVE = ("save_every", "eval_every", "max_grad_norm", "weight_decay")
 # transformers' SchedulerType values that get_scheduler builds from warmup and total steps alone and
-# that step without a metric (the others need extra kwargs or a loss); tests/test_bad_input.py
-# checks this list against transformers, so it is kept here without importing it.
+# that step without a metric (the others need extra kwargs or a loss). A literal, because the cheap
+# checks import no transformers (SchedulerType brings torch: 4 s); tests/test_bad_input.py derives
+# the same set from transformers.SchedulerType and fails when the two differ.
 SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
               "inverse_sqrt")
 MIN_SEQ_LENGTH = 8  # [CLS] a [SEP] b [SEP] plus a few tokens; shorter leaves no text to classify
@@ -69,8 +70,10 @@ def schema_keys(cfg) -> None:
         for key in node.keys():
             if known is not None and key not in known:
                 raise unknown_key(prefix, str(key), known)
-            child = node._get_node(key)
-            if isinstance(child, DictConfig) and not child._is_none():
+            if OmegaConf.is_missing(node, key) or OmegaConf.is_interpolation(node, key):
+                continue  # not a node of its own here (reading it would resolve or raise)
+            child = node[key]  # a None node reads as None
+            if isinstance(child, DictConfig):
                 walk(child, f"{prefix}{key}.")
 
     walk(cfg, "")

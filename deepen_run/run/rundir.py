@@ -20,11 +20,14 @@ anything into a run or sweep dir, and after a failed attempt:
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
@@ -83,6 +86,19 @@ class Listing:
                     print(f"deepen-run: kept {why}", file=sys.stderr)
 
 
+def failure(job_return) -> Optional[BaseException]:
+    """The exception a failed job raised, by Hydra's public JobReturn: `return_value` raises it. Its
+    "Error executing job" line is not printed: Hydra prints it again itself if the error goes on."""
+    if job_return is None or job_return.status != JobStatus.FAILED:
+        return None
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            _ = job_return.return_value  # raises what the job raised
+    except BaseException as e:  # noqa: BLE001 (whatever the job raised is the answer)
+        return e
+    return None
+
+
 class RunDirGuard(Callback):
     def __init__(self) -> None:
         self.listing: Optional[Listing] = None
@@ -114,7 +130,7 @@ class RunDirGuard(Callback):
 
         from deepen_run.run.lifecycle import DirInUse, in_use
 
-        error = getattr(job_return, "_return_value", None)
+        error = failure(job_return)
         if not isinstance(error, UserError):
             return
         folder = self.listing.folder if self.listing is not None else None

@@ -1,10 +1,15 @@
-"""One run's life: check -> model -> MLflow run -> the training recipe (deepen_run/run/train.py) -> summary.
+"""One run's life: model -> MLflow run -> the training recipe (deepen_run/run/train.py) -> summary.
 
-Cheap checks (tasks, numbers, files, backbone, tracking store) come first so bad input fails in
-seconds; the MLflow run is created only once they pass, and always ends FINISHED, FAILED or KILLED.
+The caller has run the pre-flight once (cheap checks of tasks, numbers, files, backbone, tracking
+store: bad input fails in seconds) and hands its tasks in; the MLflow run is created only after it,
+and always ends FINISHED, FAILED or KILLED.
 A dry run stops after recording the model's sizes: it imports nothing of data, metrics or figures.
 """
 from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Optional
 
 from accelerate.utils import set_seed
 from omegaconf import OmegaConf
@@ -16,10 +21,9 @@ from deepen_run.run import summary
 from deepen_run.run.context import Run
 from deepen_run.run.names import SCORE_TAG, run_name, tags_for  # noqa: F401 (callers import them from here)
 from deepen_run.run.fast import make_accelerator
-from deepen_run.run.lifecycle import guard, provenance, reap_orphans
+from deepen_run.run.lifecycle import Interrupted, guard, provenance, reap_orphans
 from deepen_run.methods import METHODS
 from deepen_run.model.heads import new_parameters, param_report
-from deepen_run.run.preflight import check  # noqa: F401 (the pre-flight, also for callers of runner)
 from deepen_run.config.redact import public_config
 from deepen_run.run.resume import current_dir, save_run_config
 from deepen_run.data.fingerprint import save_fingerprint
@@ -29,10 +33,22 @@ from deepen_run.tracking.models import SystemMetrics
 from deepen_run.util import first_line, phase
 
 
-def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -> float:
-    """resume_home: the run dir of a killed run to continue (deepen_run/run/resume.py), or None;
-    tags: extra run tags (a sweep job's parent run and sweep id)."""
-    tasks = tasks or check(cfg)
+class RunKilled(Interrupted):
+    """The run ended KILLED by a signal (Ctrl-C included): which one, and the checkpoint it left
+    (None: none saved), for the exit message of the command or the sweep job."""
+
+    def __init__(self, signum: int, checkpoint: Optional[Path]):
+        super().__init__(signum)
+        self.checkpoint = checkpoint
+
+    def __reduce__(self):  # a sweep job's exception travels to the launcher pickled
+        return (RunKilled, (self.signum, self.checkpoint))
+
+
+def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) -> float:
+    """tasks: what the pre-flight returned (run/preflight.py's check, which the caller ran: the
+    entry point, cli.run.checked_run); resume_home: the run dir of a killed run to continue
+    (deepen_run/run/resume.py), or None; tags: extra run tags (a sweep job's parent run and sweep id)."""
     home = resume_home or current_dir()
     accelerator = make_accelerator(cfg.train)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
@@ -105,11 +121,11 @@ def run(cfg, tasks=None, resume_home=None, tags: dict[str, str] | None = None) -
         return score
     except KeyboardInterrupt as e:
         status = "KILLED"
-        e.checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
+        checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
         tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"}
                          # no checkpoint: stopped while loading, before its first step (nothing to resume)
-                         | ({"stopped_before_first_step": "true"} if e.checkpoint is None else {}))
-        raise
+                         | ({"stopped_before_first_step": "true"} if checkpoint is None else {}))
+        raise RunKilled(getattr(e, "signum", signal.SIGINT), checkpoint) from e
     except TrackingLost:
         raise  # the store is gone: nothing more can be recorded there (the checkpoint is saved)
     except Exception as e:

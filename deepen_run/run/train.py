@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any, Iterator
 
@@ -237,8 +237,8 @@ def fit(r: Recipe) -> float:
             rows = submission.write(r.model, acc, tracker, data, r.ctx.tokenizer, tcfg.eval_batch_size)
             acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()) +
                       f"; {submission.ZIP}: {submission.missing_line(rows)}")
-        r.ctx.evaluation = ev
-        hook(r.method, "after_train")(acc.unwrap_model(r.model), r.ctx)
+        # after_train's context is built with the final evaluation it reads (the run's own stays as set up)
+        hook(r.method, "after_train")(acc.unwrap_model(r.model), replace(r.ctx, evaluation=ev))
         phase("recorded")
     except (KeyboardInterrupt, TrackingLost):  # a signal, or the store gone: keep what resume=auto needs
         r.saver.on_interrupt()

@@ -131,15 +131,19 @@ class SweepJob:
 
     def run(self, cfg, run_fn: Callable[..., float]) -> float:
         from deepen_run.run.resume import current_dir
-        from deepen_run.run.runner import run_name
+        from deepen_run.run.runner import RunKilled, run_name
 
         t0 = time.time()
         if (self.jobs / STOP_FILE).exists():
             return float("nan")  # the sweep was stopped by a signal before this job began: it stays pending
         if not cfg.tracking.run_name:
+            from omegaconf import OmegaConf
+
             from deepen_run.sweep.summary import child_name  # short, the swept values first
 
-            cfg.tracking.run_name = child_name(cfg, cfg.seed, self.info, self.overrides)
+            # the child's own config, named: the job's config (Hydra's) stays as it was given
+            named = child_name(cfg, cfg.seed, self.info, self.overrides)
+            cfg = OmegaConf.merge(cfg, {"tracking": {"run_name": named}})
         name = run_name(cfg)
         kept = self._kept(cfg, current_dir())
         if kept is not None:  # FINISHED by an earlier attempt of this sweep: counted, not trained again
@@ -158,7 +162,7 @@ class SweepJob:
             outcome = {"status": "FINISHED", "name": name, "score": score}
         except KeyboardInterrupt as e:  # the run ended KILLED (with a checkpoint if one was saved)
             signals.defer = True  # from here, another copy of the signal waits (and is dropped)
-            stopped, ckpt = e, getattr(e, "checkpoint", None)
+            stopped, ckpt = e, e.checkpoint if isinstance(e, RunKilled) else None
             saved = f"checkpoint {ckpt.name} kept" if ckpt is not None else "no checkpoint saved"
             outcome = {"status": "KILLED", "name": name, "error": f"{e}; {saved}"}
         except Exception as e:  # noqa: BLE001 (any failure: record it, let the other jobs go on)

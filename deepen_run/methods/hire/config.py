@@ -1,5 +1,5 @@
 """HIRE's options and their checks: light (no torch), so the schema registers and bad options
-fail before anything heavy loads. The model is in deepen_run/methods/hire.py."""
+fail before anything heavy loads. The model is in deepen_run/methods/hire/model.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -165,9 +165,6 @@ class HireClassifier(nn.Module):
         """The HIRE blocks (extractor, fusion) and the heads: everything but the backbone."""
         return [*self.hire.parameters(), *self.heads.parameters()]
 
-    def importance(self, task, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        return self.features(task, input_ids, attention_mask, token_type_ids)[1]
-
 
 def build(backbone, cfg: Config, tasks) -> HireClassifier:
     model = HireClassifier(backbone, cfg, tasks)

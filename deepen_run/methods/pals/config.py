@@ -1,5 +1,5 @@
 """PALs' options and their check: light (no torch), so the schema registers and bad sizes fail
-before anything heavy loads. The model is in deepen_run/methods/pals.py (it checks only what
+before anything heavy loads. The model is in deepen_run/methods/pals/model.py (it checks only what
 needs the loaded backbone: its layer structure)."""
 from __future__ import annotations
 
