@@ -31,6 +31,8 @@ MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch")
 SHOWN_ELSEWHERE = ("backbone.name", "method.name", "task.names", "schedule.")
 # A method's own options and layer duplication: what the baseline of a row may differ in.
 METHOD_SPECIFIC = ("method.", "backbone.duplicate_")
+# The value of a *_seed setting that equals the run's seed in every run of the row.
+SEED_FOLLOWING = "seed"
 # Where no baseline has the row's new-parameter learning-rate scale, one with another may pair with it.
 LR_RULE = "train.new_params_lr_scale"
 
@@ -58,6 +60,12 @@ def settings(run: dict) -> dict[str, str]:
     """The run's settings that must be equal for two runs to share a row."""
     tags, multi = run["tags"], len(tasks_of(run)) > 1
     out = {k: str(v) for k, v in run["params"].items() if not _ignored(k, str(v), multi)}
+    seed = str(run["params"].get("seed", tags.get("seed", "")))
+    for k, v in out.items():
+        if k.endswith("_seed") and v == seed:
+            # A draw that follows the run's seed (e.g. method.random_seed=${seed}: a fresh draw per
+            # seed) varies like the seed: its runs share a row, labelled random_seed=seed.
+            out[k] = SEED_FOLLOWING
     # Runs logged without the full config (or older runs): fall back on the identity tags.
     out.setdefault("backbone.name", tags.get("backbone", "?"))
     out.setdefault("method.name", tags.get("method", "?"))
