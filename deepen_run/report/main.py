@@ -254,8 +254,8 @@ def extra_tables(table: dict, a) -> str:
     out = ""
     if a.secondary:
         post = rc.compute(table["rows"], a.secondary, defaults=False)
-        out += "\nSecondary contrasts (exploratory or post hoc: not in the family above; p Holm over these alone):\n" + \
-            contrasts_markdown({"contrasts": post})
+        out += contrasts_markdown({"contrasts": post}).replace(
+            "Contrasts (", "Secondary contrasts, exploratory or post hoc, not in the family above (", 1)
     if a.power:
         out += power.markdown(power.table(table["rows"], a.power, a.family, a.mde), a.family, a.mde)
     return out
