@@ -151,3 +151,19 @@ def test_the_study_parts_cover_every_preset_and_stay_under_90_minutes():
     assert sum(minutes.values()) <= 8 * 60
     assert set(s3["family"]) == {c for part in s3["parts"].values() for c in part.get("contrasts", [])}
 
+
+
+def test_a_draw_that_follows_the_seed_keeps_its_runs_in_one_row():
+    """deepen-report's row key (deepen_run/report/rows.py): s3_hire_random's random_seed=${seed} runs
+    share a row labelled random_seed=seed; a fixed draw that equals one run's seed does not split off."""
+    from deepen_run.report import rows as rr
+
+    def run(seed, draw):
+        return {"params": {"seed": str(seed), "method.name": "hire", "method.random_seed": str(draw),
+                           "backbone.name": "minilm"}, "tags": {"task": "sst2"}}
+
+    fresh = rr.keys([run(s, s) for s in (101, 102, 103)])
+    assert len(set(fresh)) == 1 and dict(fresh[0])["method.random_seed"] == "seed"
+    fixed = rr.keys([run(s, 0) for s in (0, 1, 2)])  # the default draw 0, seeds 0-2: one row
+    assert len(set(fixed)) == 1 and dict(fixed[0])["method.random_seed"] == "0"
+    assert set(rr.keys([run(1, 1), run(2, 2), run(1, 0)])) == {*rr.keys([run(1, 1), run(2, 2)]), rr.key_of(run(1, 0))}

@@ -108,11 +108,10 @@ def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optiona
     "n" (seeds)."""
     groups: dict[tuple, dict[str, list[tuple[str, float, dict]]]] = {}  # key -> task -> [(seed, value, run)]
     members: dict[tuple, list[dict]] = {}
-    for r in runs:
+    runs = [r for r in runs if r["status"] == "FINISHED" and r["tags"].get("sweep_role") != "parent"
+            and "task" in r["tags"] and not rr.is_dry(r)]
+    for r, key in zip(runs, rr.keys(runs)):
         tags = r["tags"]
-        if r["status"] != "FINISHED" or tags.get("sweep_role") == "parent" or "task" not in tags or rr.is_dry(r):
-            continue
-        key = rr.key_of(r)
         for t in rr.tasks_of(r):
             v = task_value(r["metrics"], t) if t in TASKS and (only is None or t in only) else None
             if v is not None:
