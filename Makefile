@@ -7,7 +7,7 @@ export DEEPEN_GLUE_DIR ?= $(GLUE)
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: install test test-fast demo sweep ui bench lint clean clean-all study study-ablations
+.PHONY: install test test-fast demo sweep ui bench lint clean clean-all study study-s3 study-ablations
 
 $(BIN)/deepen-run: pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -63,6 +63,13 @@ bench: install
 # secondary one; a killed part continues when the same command runs again. STUDY_ARGS: e.g. --smoke.
 study: install
 	$(BIN)/python scripts/study.py $(if $(PART),--part $(PART)) $(STUDY_ARGS)
+
+# Study III (docs/study.md, "Study III"; conf/study/s3_*.yaml): PALs x schedules on real size ratios,
+# the PALs paper's other rows, HIRE against a capacity control matched to its parameter count, a
+# confirmatory family of 5 under Holm; 8 parts of at most ~90 min (about 7.7 h); outputs/study-s3/.
+# PART=pilot first, then multi_a|multi_b|multi_c|hire_a|hire_b|hire_c|explore; resumes like study.
+study-s3: install
+	$(BIN)/python scripts/study.py --study s3 $(if $(PART),--part $(PART)) $(STUDY_ARGS)
 
 # The older ablation presets (abl_*), one sweep each; the report covers exactly these sweeps.
 study-ablations: install

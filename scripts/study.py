@@ -16,6 +16,12 @@ mean-pooling baseline the other rows pair with), with the part's named contrasts
 outputs/study-floor/<part>/. The sweep ids are kept in outputs/study-floor/sweeps.json.
 --draw-layers K: print the seeded random draw of K layers that floor_dup.yaml records.
 --smoke: a tiny scale (tiny data and batches, one seed) for a test of the pipeline. Extra arguments go to every sweep.
+
+--study s3: Study III (docs/study.md, "Study III"), parts pilot, multi_a, multi_b, multi_c, hire_a,
+hire_b, hire_c, explore (`make study-s3 PART=<name>`), in outputs/study-s3/; its report holds the
+confirmatory family alone under Holm (--only-contrasts), the exploratory contrasts in their own
+table (--secondary) and each member's achieved power (--power). --cost prints each part's jobs and
+estimated minutes.
 """
 from __future__ import annotations
 
@@ -62,6 +68,40 @@ PARTS: dict[str, dict] = {
 PRIMARY = ["pilot", "base", "hire", "dup", "multi"]
 LR_ENV = {"baseline": "DEEPEN_STUDY_LR_BASELINE", "hire": "DEEPEN_STUDY_LR_HIRE", "pals": "DEEPEN_STUDY_LR_PALS"}
 
+# Study III (docs/study.md, "Study III"): its confirmatory family (Holm over these 5 alone, on the
+# average of SST-2 and STS-B), its secondary (exploratory) contrasts, and its parts (each <= 90 min).
+S3_PALS = "method=pals variant=pals schedule=annealed"
+S3_HIRE = "method=hire importance=dynamic extractor=true"
+S3_FAMILY = [f"{S3_PALS}:method=baseline setup=multi", f"{S3_PALS}:method=pals variant=pals schedule=proportional",
+             f"{S3_PALS}:variant=top_pal", f"{S3_PALS}:variant=low_rank", f"{S3_HIRE}:extractor=false"]
+S3_SECONDARY = [f"method=pals variant=pals schedule=sqrt:{S3_PALS}", f"{S3_PALS}:method=baseline setup=single",
+                f"{S3_HIRE}:method=hire importance=random"]
+S3_PARTS: dict[str, dict] = {
+    # The learning-rate rule first (its env then applies to the step-count pilot), then the steps.
+    "pilot": {"presets": ["s3_pilot_lr", "s3_pilot_lr_multi"], "after_rule": ["s3_pilot_steps"]},
+    "multi_a": {"presets": ["s3_multi_a"], "contrasts": S3_FAMILY[:1]},
+    "multi_b": {"presets": ["s3_multi_b"], "needs": ["s3_multi_a"], "contrasts": S3_FAMILY[1:2]},
+    "multi_c": {"presets": ["s3_multi_c"], "needs": ["s3_multi_a"], "contrasts": S3_FAMILY[2:4]},
+    "hire_a": {"presets": ["s3_hire_a"], "contrasts": S3_FAMILY[4:]},
+    "hire_b": {"presets": ["s3_hire_b"], "needs": ["s3_hire_a"], "contrasts": S3_FAMILY[4:]},
+    "hire_c": {"presets": ["s3_hire_c"], "needs": ["s3_hire_a", "s3_hire_b"], "contrasts": S3_FAMILY[4:]},
+    "explore": {"presets": ["s3_explore", "s3_matched"], "needs": ["s3_multi_a", "s3_hire_a", "s3_hire_b", "s3_hire_c"],
+                "secondary": S3_SECONDARY},
+}
+STUDIES = {
+    "floor": {"parts": PARTS, "primary": PRIMARY, "experiment": "study-floor", "baseline": BASELINE,
+              "first": "floor_base"},
+    "s3": {"parts": S3_PARTS, "primary": list(S3_PARTS), "experiment": "study-s3", "baseline": None, "first": None,
+           "family": S3_FAMILY, "secondary": S3_SECONDARY},
+}
+# Cost model (docs/study.md): seconds per training step on 2 idle cores, evaluation and loading
+# included, from the floor study's idle medians (docs/results.md "How it ran": 150 single-task steps
+# 62 s / 101 s for a baseline on SST-2 / STS-B, HIRE 83 s / 135 s; 300 multi-task steps 117 s
+# baseline, 139 s PALs), scaled linearly with the steps (so an over-estimate: the evaluation does
+# not grow with them), plus 10 s to start each process.
+STEP_S = {("single", "baseline"): 0.54, ("single", "hire"): 0.73, ("multi", "baseline"): 0.39, ("multi", "pals"): 0.46}
+START_S = 10
+
 
 def draw_layers(k: int, seed: int, n_layers: int = 6) -> list[int]:
     return sorted(random.Random(seed).sample(range(n_layers), k))
@@ -75,13 +115,18 @@ def sh(cmd: list[str], env: dict | None = None, capture: bool = False) -> str:
     return r.stdout or ""
 
 
-def lr_rule(out: Path, uri: str, sweeps: dict) -> dict[str, float]:
+def pilot_table(uri: str, experiment: str, sweeps: dict, presets: list[str]) -> dict:
+    ids = [x for p in presets for x in ("--sweep-id", sweeps[p])]
+    return json.loads(sh([str(BIN / "deepen-report"), "--uri", uri, "--experiment", experiment, "--json", *ids],
+                         capture=True))
+
+
+def lr_rule(out: Path, uri: str, sweeps: dict, st: dict = STUDIES["floor"]) -> dict[str, float]:
     """Per method, the pilot's new_params_lr_scale with the higher average (baseline and HIRE on
-    single-task rows, PALs on multi-task ones) -> outputs/study-floor/lr_rule.json."""
-    ids = [x for p in PARTS["pilot"]["presets"] for x in ("--sweep-id", sweeps[p])]
-    table = json.loads(sh([str(BIN / "deepen-report"), "--uri", uri, "--experiment", "study-floor", "--json", *ids],
-                          capture=True))
+    single-task rows, PALs on multi-task ones) -> <out>/lr_rule.json, with every score it compared."""
+    table = pilot_table(uri, st["experiment"], sweeps, st["parts"]["pilot"]["presets"])
     best: dict[str, tuple[float, float]] = {}
+    scores = []
     for row in table["rows"]:
         method, single = row["method"], row["setup"] == "single-task"
         if (method == "pals") == single:
@@ -89,94 +134,185 @@ def lr_rule(out: Path, uri: str, sweeps: dict) -> dict[str, float]:
         tasks = list(row["per_seed"])
         avg = sum(v for t in tasks for v in row["per_seed"][t].values()) / sum(len(row["per_seed"][t]) for t in tasks)
         scale = float(row["config"]["train.new_params_lr_scale"])
+        scores.append({"method": method, "scale": scale, "avg": avg, "per_seed": row["per_seed"]})
         if method not in best or avg > best[method][1]:
             best[method] = (scale, avg)
     rule = {m: s for m, (s, _) in best.items()}
-    (out / "lr_rule.json").write_text(json.dumps({"rule": "per method, the pilot's (seed 0) better average of "
-                                                  "new_params_lr_scale 1 and 10", "scale": rule,
-                                                  "pilot_avg": {m: a for m, (_, a) in best.items()}}, indent=1))
+    scales = sorted({x["scale"] for x in scores})
+    (out / "lr_rule.json").write_text(json.dumps({"rule": "per method, the pilot's better average of "
+                                                  f"new_params_lr_scale {' and '.join(map(str, scales))}",
+                                                  "scale": rule, "pilot_avg": {m: a for m, (_, a) in best.items()},
+                                                  "scores": scores}, indent=1))
     print(f"study: new-parameter learning-rate scale per method: {rule}", flush=True)
     return rule
 
 
-def report_command(uri: str, ids: list[str], contrasts: list[str], own: bool = False) -> list[str]:
-    cmd = ["deepen-report", "--uri", uri, "--experiment", "study" if own else "study-floor"] + \
-        (["--tasks", "sst2,stsb"] if own else ["--baseline", BASELINE])
-    return cmd + [x for i in ids for x in ("--sweep-id", i)] + [x for c in contrasts for x in ("--contrast", c)]
+def steps_rule(out: Path, uri: str, sweeps: dict, st: dict) -> dict:
+    """Study III's step-count pilot: per task, the baseline at 2S minus at S steps (seed 100) ->
+    <out>/steps_rule.json; the rule holds where every task moves by less than 0.5 points."""
+    table = pilot_table(uri, st["experiment"], sweeps, st["parts"]["pilot"]["after_rule"])
+    by_steps = {int(r["config"]["train.max_steps"]): r["per_seed"] for r in table["rows"]}
+    lo, hi = sorted(by_steps)
+    moved = {t: sum(by_steps[hi][t].values()) / len(by_steps[hi][t]) - sum(by_steps[lo][t].values()) / len(by_steps[lo][t])
+             for t in by_steps[lo]}
+    met = all(abs(d) < 0.5 for d in moved.values())
+    rule = {"steps": lo, "doubled": hi, "change": moved, "rule_met": met,
+            "reading": f"doubling {lo} to {hi} steps moves the baseline by "
+                       + ", ".join(f"{t} {d:+.2f}" for t, d in moved.items())
+                       + ("; under 0.5 on each task: the rule holds" if met else
+                          f"; 0.5 or more on a task: {lo} is the largest the CPU budget allows, not a converged budget")}
+    (out / "steps_rule.json").write_text(json.dumps(rule, indent=1))
+    print(f"study: {rule['reading']}", flush=True)
+    return rule
 
 
-def report(uri: str, out: Path, ids: list[str], contrasts: list[str], own: bool = False) -> None:
-    cmd = report_command(uri, ids, contrasts, own)
+def report_command(uri: str, ids: list[str], contrasts: list[str], own: bool = False,
+                   st: dict = STUDIES["floor"], secondary: tuple = ()) -> list[str]:
+    cmd = ["deepen-report", "--uri", uri, "--experiment", "study" if own else st["experiment"]] + \
+        (["--tasks", "sst2,stsb"] if own else ["--baseline", st["baseline"]] if st["baseline"] else [])
+    cmd += [x for i in ids for x in ("--sweep-id", i)] + [x for c in contrasts for x in ("--contrast", c)]
+    if st is STUDIES["s3"]:  # the confirmatory family alone under Holm; the rest in their own table
+        family = [c for c in contrasts if c in st["family"]]
+        cmd += (["--only-contrasts"] if contrasts else []) + [x for c in secondary for x in ("--secondary", c)]
+        cmd += [x for c in family for x in ("--power", c)] + (["--family", str(len(st["family"]))] if family else [])
+    return cmd
+
+
+def report(uri: str, out: Path, ids: list[str], contrasts: list[str], own: bool = False,
+           st: dict = STUDIES["floor"], secondary: tuple = ()) -> None:
+    cmd = report_command(uri, ids, contrasts, own, st, secondary)
     cmd = [str(BIN / cmd[0]), *cmd[1:], "--out", str(out), "--seeds-csv", str(out / "seeds.csv")]
-    sh(cmd)
-    json_out = sh(cmd + ["--json"], capture=True)
-    (out / "report.json").write_text(json_out)
+    printed = sh(cmd, capture=True)
+    print(printed, end="", flush=True)
+    (out / "report.md").write_text(printed)  # the tables as printed: with --secondary and --power's
+    (out / "report.json").write_text(sh(cmd + ["--json"], capture=True))
 
 
-def what_to_report(name: str, sweeps: dict) -> tuple[list[str], list[str], bool]:
-    """(sweep ids, contrasts, own) of a part's report; name "all": every primary row and contrast."""
+def what_to_report(name: str, sweeps: dict, st: dict = STUDIES["floor"]) -> tuple[list[str], list[str], bool, list]:
+    """(sweep ids, contrasts, own, secondary) of a part's report; name "all": every primary row and contrast."""
+    parts = st["parts"]
     if name == "all":
-        presets = [p for n in PRIMARY[1:] for p in PARTS[n]["presets"]]
-        contrasts, own = [c for n in PRIMARY for c in PARTS[n]["contrasts"]], False
+        presets = [p for n in st["primary"][1:] for p in parts[n]["presets"]]
+        contrasts = list(dict.fromkeys(c for n in st["primary"] for c in parts[n].get("contrasts", [])))
+        own, secondary = False, st.get("secondary", [])
     else:
-        part, own = PARTS[name], PARTS[name].get("own", False)
-        presets = ([] if own else ["floor_base"] + part.get("needs", [])) + part["presets"]
-        contrasts = part["contrasts"]
+        part, own = parts[name], parts[name].get("own", False)
+        first = [st["first"]] if st["first"] and not own else []
+        presets = first + part.get("needs", []) + part["presets"]
+        contrasts, secondary = part.get("contrasts", []), part.get("secondary", [])
     missing = [p for p in presets if p not in sweeps]
     if missing:
         sys.exit(f"study: the report of {name} needs the sweeps {', '.join(missing)}; run their parts first "
                  "(make study PART=...)")
-    return [sweeps[p] for p in dict.fromkeys(presets)], contrasts, own
+    return [sweeps[p] for p in dict.fromkeys(presets)], contrasts, own, secondary
+
+
+def job_seconds(cfg) -> float:
+    """One job's estimated seconds on 2 idle cores (STEP_S; PALs' variants at PALs' rate)."""
+    setup = "multi" if len(cfg.task.names) > 1 else "single"
+    kind = cfg.method.name if (setup, cfg.method.name) in STEP_S else "baseline"
+    return START_S + cfg.train.max_steps * STEP_S[(setup, kind)]
+
+
+def cost_table(study: str) -> list[dict]:
+    """Each part's jobs and estimated minutes on 2 idle cores (STEP_S): every job of its presets,
+    enumerated as the sweep enumerates them."""
+    sys.path.insert(0, str(ROOT))
+    from hydra import compose, initialize_config_dir
+
+    from deepen_run.config.schema import register
+    from deepen_run.sweep.check import job_overrides
+
+    register()  # the methods' schemas, as deepen-run registers them
+    out = []
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        for name, part in STUDIES[study]["parts"].items():
+            jobs, secs = 0, 0.0
+            for preset in part["presets"] + part.get("after_rule", []):
+                grid = compose(config_name="config", overrides=[f"+study={preset}"], return_hydra_config=True)
+                for job in job_overrides(grid):
+                    jobs, secs = jobs + 1, secs + job_seconds(compose(config_name="config", overrides=job))
+            out.append({"part": name, "presets": part["presets"] + part.get("after_rule", []), "jobs": jobs,
+                        "minutes": round(secs / 60)})
+    return out
 
 
 def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
-    part, t0 = PARTS[name], time.time()
+    st = STUDIES[a.study]
+    part, t0 = st["parts"][name], time.time()
     env = {}
     if name not in ("pilot", "ablations"):
         rule_file = a.out / "lr_rule.json"
         if not rule_file.is_file():
             sys.exit("study: no learning-rate rule yet; run `make study PART=pilot` first")
         env = {LR_ENV[m]: str(s) for m, s in json.loads(rule_file.read_text())["scale"].items() if m in LR_ENV}
-    for preset in part["presets"]:
+
+    def sweep(preset: str, env: dict) -> None:
         sweep_dir = a.out / name / preset
+        smoke = SMOKE + [f"hydra.sweeper.params.seed={a.smoke_seed}"] if a.smoke and name != "pilot" else \
+            SMOKE if a.smoke else []
         sh([str(BIN / "deepen-run"), "-m", f"+study={preset}", f"tracking.uri={a.uri}", f"hydra.sweep.dir={sweep_dir}",
-            "resume=auto", *(SMOKE + ["hydra.sweeper.params.seed=1"] if a.smoke and name != "pilot" else
-                             SMOKE if a.smoke else []), *extra], env=env)
+            "resume=auto", *smoke, *extra], env=env)
         sweeps[preset] = json.loads((sweep_dir / "deepen_sweep.json").read_text())["sweep_id"]
         (a.out / "sweeps.json").write_text(json.dumps(sweeps, indent=1))
+
+    for preset in part["presets"]:
+        sweep(preset, env)
     if name == "pilot":
-        lr_rule(a.out, a.uri, sweeps)
+        rule = lr_rule(a.out, a.uri, sweeps, st)
+        if part.get("after_rule"):
+            for preset in part["after_rule"]:
+                sweep(preset, {LR_ENV[m]: str(s) for m, s in rule.items() if m in LR_ENV})
+            steps_rule(a.out, a.uri, sweeps, st)
         return
-    report(a.uri, a.out / name, *what_to_report(name, sweeps))
+    report(a.uri, a.out / name, *what_to_report(name, sweeps, st), st=st)
     print(f"study: part {name} took {(time.time() - t0) / 60:.1f} min", flush=True)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="study", description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=list(PARTS), help="one part (default: every primary part, then the report)")
-    p.add_argument("--out", type=Path, default=ROOT / "outputs" / "study-floor")
+    p.add_argument("--study", choices=list(STUDIES), default="floor",
+                   help="floor (the floor study) or s3 (Study III, docs/study.md); default: floor")
+    p.add_argument("--part", help="one part (default: every primary part, then the report)")
+    p.add_argument("--out", type=Path, help="default: outputs/study-floor, outputs/study-s3")
     p.add_argument("--uri", default=f"sqlite:///{ROOT}/outputs/mlflow.db")
     p.add_argument("--smoke", action="store_true", help="tiny scale, for a test of the pipeline")
+    p.add_argument("--smoke-seed", default="1", help="with --smoke: the one seed of the non-pilot parts")
     p.add_argument("--command", action="store_true",
                    help="print the deepen-report command of the part's report (default: the whole study's) and exit")
+    p.add_argument("--cost", action="store_true", help="print each part's jobs and estimated minutes and exit")
     p.add_argument("--draw-layers", type=int, metavar="K", help="print the random K-layer draw and exit")
     p.add_argument("--layer-seed", type=int, default=1)
     a, extra = p.parse_known_args()
     if a.draw_layers:
         print(draw_layers(a.draw_layers, a.layer_seed))
         return
+    st = STUDIES[a.study]
+    if a.part and a.part not in st["parts"]:
+        p.error(f"--part {a.part}: study {a.study} has the parts {', '.join(st['parts'])}")
+    if a.cost:
+        rows = cost_table(a.study)
+        print("| part | presets | jobs | minutes on 2 idle cores (estimate) |\n|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['part']} | {', '.join(r['presets'])} | {r['jobs']} | {r['minutes']} |")
+        print(f"| all | | {sum(r['jobs'] for r in rows)} | {sum(r['minutes'] for r in rows)} "
+              f"({sum(r['minutes'] for r in rows) / 60:.1f} h) |")
+        return
+    a.out = a.out or ROOT / "outputs" / ("study-floor" if a.study == "floor" else "study-s3")
     a.out.mkdir(parents=True, exist_ok=True)
     sweeps = json.loads((a.out / "sweeps.json").read_text()) if (a.out / "sweeps.json").is_file() else {}
     if a.command:  # the report's deepen-report command with this study's sweep ids, to run by hand
-        cmd = report_command(a.uri, *what_to_report(a.part or "all", sweeps))
+        ids, contrasts, own, secondary = what_to_report(a.part or "all", sweeps, st)
+        cmd = report_command(a.uri, ids, contrasts, own, st, secondary)
         if a.uri == p.get_default("uri"):
             cmd[1:3] = []  # deepen-report's default store is this one
         print(shlex.join(cmd))
         return
-    for name in [a.part] if a.part else PRIMARY:
+    for name in [a.part] if a.part else st["primary"]:
         run_part(name, a, extra, sweeps)
     if not a.part:  # the whole primary study: every row and every primary contrast in one report
-        report(a.uri, a.out / "all", *what_to_report("all", sweeps))
+        ids, contrasts, own, secondary = what_to_report("all", sweeps, st)
+        report(a.uri, a.out / "all", ids, contrasts, own, st, secondary)
 
 
 if __name__ == "__main__":

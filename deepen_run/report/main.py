@@ -108,11 +108,10 @@ def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optiona
     "n" (seeds)."""
     groups: dict[tuple, dict[str, list[tuple[str, float, dict]]]] = {}  # key -> task -> [(seed, value, run)]
     members: dict[tuple, list[dict]] = {}
-    for r in runs:
+    runs = [r for r in runs if r["status"] == "FINISHED" and r["tags"].get("sweep_role") != "parent"
+            and "task" in r["tags"] and not rr.is_dry(r)]
+    for r, key in zip(runs, rr.keys(runs)):
         tags = r["tags"]
-        if r["status"] != "FINISHED" or tags.get("sweep_role") == "parent" or "task" not in tags or rr.is_dry(r):
-            continue
-        key = rr.key_of(r)
         for t in rr.tasks_of(r):
             v = task_value(r["metrics"], t) if t in TASKS and (only is None or t in only) else None
             if v is not None:
@@ -129,6 +128,16 @@ def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optiona
         row = {"id": i, "backbone": d["backbone.name"], "method": d["method.name"], "setup": rr.setup(key),
                "settings": label[key], "config": d, "per_seed": ps, "repeats": repeats,
                "commits": _commits(members[key])}
+        rows.append(row | _sizes(members[key]))
+    return finish(rows, keys, label, order, contrasts, baselines, default_contrasts)
+
+
+def finish(rows: list[dict], keys: list[tuple], label: dict, order: list[str], contrasts: Optional[list[str]],
+           baselines: Optional[list[str]], default_contrasts: bool) -> dict:
+    """The table from rows that hold their per_seed values (from MLflow, or --from-csv): each task's
+    cell, the average, each row's baseline and delta, the contrasts."""
+    for row in rows:
+        ps = row["per_seed"]
         for t in order:
             # One value a seed (a seed run by two sweeps counts once), so n and the std are over seeds.
             row[t] = _stats(list(ps[t].values())) if t in ps else None
@@ -137,7 +146,6 @@ def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optiona
         row["avg"] = {"mean": statistics.fmean(row[t]["mean"] for t in ps),
                       "std": _stats(avgs)["std"] if avgs else None, "n": len(avgs)}
         row["n"] = max(len(v) for v in ps.values())
-        rows.append(row | _sizes(members[key]))
     picked: set[tuple] = set()  # --baseline: the rows it names; among a row's candidates, one must remain
     for b in baselines or []:
         ids = rc.matches(b, rows, f"--baseline {b!r}")
@@ -237,6 +245,37 @@ EXAMPLES = """Examples:
 """
 
 
+def csv_table(a) -> dict:
+    """--from-csv: the table from the published per-seed values alone (deepen_run/report/from_csv.py)."""
+    from deepen_run.report import from_csv
+
+    bad = [f"--{k.replace('_', '-')}" for k in ("uri", "sweep_id", "tag", "log_to_parent") if getattr(a, k)]
+    if bad:
+        raise UserError(f"--from-csv reads no MLflow store: drop {', '.join(bad)}")
+    rows, keys = from_csv.load(a.from_csv, a.rows_csv)
+    tasks = [t for t in TASKS if any(t in r["per_seed"] for r in rows)]
+    only = _parse_tasks(a.tasks) if a.tasks else tasks
+    for r in rows:
+        r["per_seed"] = {t: v for t, v in r["per_seed"].items() if t in only}
+    label = {k: r["settings"] for k, r in zip(keys, rows)}
+    return finish(rows, keys, label, [t for t in tasks if t in only], a.contrast, a.baseline, not a.only_contrasts)
+
+
+def extra_tables(table: dict, a) -> str:
+    """--secondary (their own Holm family) and --power, after the report's own tables."""
+    from deepen_run.report import power
+    from deepen_run.report.output import contrasts_markdown
+
+    out = ""
+    if a.secondary:
+        post = rc.compute(table["rows"], a.secondary, defaults=False)
+        out += contrasts_markdown({"contrasts": post}).replace(
+            "Contrasts (", "Secondary contrasts, exploratory or post hoc, not in the family above (", 1)
+    if a.power:
+        out += power.markdown(power.table(table["rows"], a.power, a.family, a.mde), a.family, a.mde)
+    return out
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     from deepen_run.config.schema import TrackingConfig
     from omegaconf import OmegaConf
@@ -244,7 +283,19 @@ def main(argv: Optional[list[str]] = None) -> None:
     default = OmegaConf.structured(TrackingConfig)
     p = argparse.ArgumentParser(prog="deepen-report", description=_description(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
-    p.add_argument("--uri", default=default.uri, help="MLflow tracking URI (default: %(default)s)")
+    p.add_argument("--uri", help=f"MLflow tracking URI (default: {default.uri})")
+    p.add_argument("--from-csv", type=Path, metavar="SEEDS_CSV",
+                   help="rebuild the rows from a per-seed CSV (--seeds-csv's format, e.g. docs/results/floor_seeds.csv) "
+                   "instead of an MLflow store")
+    p.add_argument("--rows-csv", type=Path, metavar="FILE", help="with --from-csv: per-row parameter counts and "
+                   "step times (row, params_total, params_trainable, x_backbone, x_backbone_all, step_time_s)")
+    p.add_argument("--secondary", action="append", default=[], metavar="A:B",
+                   help="a contrast exploratory or post hoc: its own table, with Holm over the --secondary ones alone")
+    p.add_argument("--power", action="append", default=[], metavar="A:B",
+                   help="the contrast's paired sd, 90%% interval, minimum detectable effect and the n a study needs "
+                   "(deepen_run/report/power.py)")
+    p.add_argument("--family", type=int, default=1, help="with --power: the size of the planned Holm family")
+    p.add_argument("--mde", type=float, default=0.7, help="with --power: the target minimum detectable effect")
     p.add_argument("--experiment", default=default.experiment, help="default: %(default)s")
     p.add_argument("--sweep-id", action="append", default=[],
                    help="only the children of this sweep (tag sweep_id); repeat for several sweeps (a study's grids)")
@@ -278,33 +329,41 @@ def main(argv: Optional[list[str]] = None) -> None:
         if a.out:  # before reading the store: a refused --out costs nothing
             _check_out(a.out)
         only = _parse_tasks(a.tasks) if a.tasks else None
-        runs = [r for sid in a.sweep_id for r in load_runs(a.uri, a.experiment, tags | {"sweep_id": sid})] \
-            if a.sweep_id else load_runs(a.uri, a.experiment, tags)
-        if a.submission:
-            from deepen_run.report.submission import gather
-
-            chosen, missing = gather(runs, a.uri, a.submission, task_value)
-            if not chosen:
-                raise UserError(f"no FINISHED run in {a.experiment!r} has submission/ files; run with predict=true")
-            for stem, name in chosen.items():
-                print(f"{stem}.tsv  from {name}")
-            print(f"wrote {a.submission} ({len(chosen)} files); {missing}")
-            return
         if a.only_contrasts and not a.contrast:
             raise UserError("--only-contrasts needs at least one --contrast A:B")
         from deepen_run.config.redact import mask_uri
 
-        table = build(runs, only, a.contrast, a.baseline, not a.only_contrasts)
+        if a.from_csv:
+            if a.submission or a.register:
+                raise UserError("--submission and --register read an MLflow store, not --from-csv")
+            table = csv_table(a)
+        else:
+            if a.rows_csv:
+                raise UserError("--rows-csv goes with --from-csv")
+            a.uri = a.uri or default.uri
+            runs = [r for sid in a.sweep_id for r in load_runs(a.uri, a.experiment, tags | {"sweep_id": sid})] \
+                if a.sweep_id else load_runs(a.uri, a.experiment, tags)
+            if a.submission:
+                from deepen_run.report.submission import gather
+
+                chosen, missing = gather(runs, a.uri, a.submission, task_value)
+                if not chosen:
+                    raise UserError(f"no FINISHED run in {a.experiment!r} has submission/ files; run with predict=true")
+                for stem, name in chosen.items():
+                    print(f"{stem}.tsv  from {name}")
+                print(f"wrote {a.submission} ({len(chosen)} files); {missing}")
+                return
+            table = build(runs, only, a.contrast, a.baseline, not a.only_contrasts)
         if not table["rows"]:
             raise UserError(f"no FINISHED runs with evaluated GLUE tasks in experiment {a.experiment!r} "
                             f"matching {tags or 'any tags'}{' in sweeps ' + ', '.join(a.sweep_id) if a.sweep_id else ''}"
-                            f" ({mask_uri(a.uri)})")
+                            f" ({mask_uri(a.uri) if a.uri else a.from_csv})")
         info = sys.stderr if a.json else sys.stdout  # --json: stdout is the JSON alone
         if a.register:  # before the table, so a bad --row is refused before anything is printed
             from deepen_run.report.register import pick_row
 
             pick_row(table, a.row)
-        print(to_json(table) if a.json else to_markdown(table), end="")
+        print(to_json(table) if a.json else to_markdown(table) + extra_tables(table, a), end="")
         if a.seeds_csv:
             a.seeds_csv.parent.mkdir(parents=True, exist_ok=True)
             a.seeds_csv.write_text(seeds_csv(table))

@@ -32,6 +32,8 @@ MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch")
 SHOWN_ELSEWHERE = ("backbone.name", "method.name", "task.names", "schedule.")
 # A method's own options and layer duplication: what the baseline of a row may differ in.
 METHOD_SPECIFIC = ("method.", "backbone.duplicate_")
+# The value of a *_seed setting that equals the run's seed in every run of the row.
+SEED_FOLLOWING = "seed"
 # Where no baseline has the row's new-parameter learning-rate scale, one with another may pair with it.
 LR_RULE = "train.new_params_lr_scale"
 
@@ -63,10 +65,17 @@ def _ignored(k: str, v: str, multi: bool) -> bool:
     return not multi and k.startswith(MULTI_TASK_ONLY)
 
 
-def settings(run: dict) -> dict[str, str]:
-    """The run's settings that must be equal for two runs to share a row."""
+def settings(run: dict, fold: bool = False) -> dict[str, str]:
+    """The run's settings that must be equal for two runs to share a row; fold: a *_seed setting
+    equal to the run's seed reads "seed" (keys(), which folds only where several seeds follow)."""
     tags, multi = run["tags"], len(tasks_of(run)) > 1
     out = {k: str(v) for k, v in run["params"].items() if not _ignored(k, str(v), multi)}
+    seed = str(run["params"].get("seed", tags.get("seed", "")))
+    for k, v in out.items():
+        if fold and k.endswith("_seed") and v == seed:
+            # A draw that follows the run's seed (e.g. method.random_seed=${seed}: a fresh draw per
+            # seed) varies like the seed: its runs share a row, labelled random_seed=seed.
+            out[k] = SEED_FOLLOWING
     # Runs logged without the full config (or older runs): fall back on the identity tags.
     out.setdefault("backbone.name", tags.get("backbone", "?"))
     out.setdefault("method.name", tags.get("method", "?"))
@@ -76,8 +85,21 @@ def settings(run: dict) -> dict[str, str]:
     return out
 
 
-def key_of(run: dict) -> tuple:
-    return tuple(sorted(settings(run).items()))
+def key_of(run: dict, fold: bool = False) -> tuple:
+    return tuple(sorted(settings(run, fold).items()))
+
+
+def keys(runs: list[dict]) -> list[tuple]:
+    """Each run's row key. A *_seed setting that equals the run's seed is folded into "seed" where
+    two seeds or more of the same other settings follow theirs (a fresh draw per seed), never for a
+    lone run whose fixed draw happens to equal its seed (random_seed=0 at seed 0)."""
+    raw = [key_of(r) for r in runs]
+    folded = [key_of(r, fold=True) for r in runs]
+    seeds: dict[tuple, set] = {}
+    for r, k, f in zip(runs, raw, folded):
+        if f != k:
+            seeds.setdefault(f, set()).add(str(r["params"].get("seed", r["tags"].get("seed"))))
+    return [f if f != k and len(seeds[f]) > 1 else k for k, f in zip(raw, folded)]
 
 
 def setup(key: tuple) -> str:

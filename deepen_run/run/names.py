@@ -50,13 +50,13 @@ def _linked(cfg) -> set[str]:
 def method_options(cfg, omit=()) -> dict[str, str]:
     """The method's options that differ from its dataclass's defaults: short key -> value."""
     from deepen_run.config.schema import neutral_keys
-    from deepen_run.methods import schema_of
+    from deepen_run.methods import schema_of, schemas
 
     try:
         schema = schema_of(str(cfg.method.name))
     except KeyError:
         return {}
-    skip = set(omit) | neutral_keys() | _linked(cfg) | {"method.name"}
+    skip = set(omit) | neutral_keys(methods=schemas()) | _linked(cfg) | {"method.name"}
     out = {}
     for f in dataclasses.fields(schema):
         key = f"method.{f.name}"

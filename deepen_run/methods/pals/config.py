@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deepen_run.config.choices import Pooling
+from deepen_run.config.choices import Pooling, StrEnum
 from deepen_run.errors import UserError
+
+
+class Variant(StrEnum):
+    """method.variant: the adaptation rows of the PALs paper (docs/methods.md, section PALs' variants)."""
+    pals = "pals"          # projected attention in every layer (the paper's PALs)
+    top_pal = "top_pal"    # "Top Proj. Attn.": projected attention layers on top of the shared encoder only
+    low_rank = "low_rank"  # a task-specific low-rank transform in every layer instead of the projected attention
 
 
 @dataclass
@@ -20,6 +27,10 @@ class Config:
     init_std: standard deviation of the new weights' normal initialisation
     freeze_backbone: train only PALs and heads (the paper fine-tunes everything: false)
     pooling: sentence vector: pooler (shared pretrained pooler, as the paper) | cls | mean | max
+    variant: pals (every layer, the paper's PALs) | top_pal (Top Proj. Attn.: attention layers on top only) | low_rank (a low-rank transform per layer)
+    low_rank_size: width of variant=low_rank's transform (the paper: 100, its 1.13x budget)
+    top_layers: variant=top_pal's attention layers in the d_s space (the authors' code: 6)
+    top_heads: heads of each of those layers (the authors' code: 12)
     """
 
     name: str = "pals"
@@ -29,13 +40,30 @@ class Config:
     init_std: float = 0.02
     freeze_backbone: bool = False
     pooling: Pooling = Pooling.pooler
+    variant: Variant = Variant.pals
+    low_rank_size: int = 100
+    top_layers: int = 6
+    top_heads: int = 12
 
 
 def check(cfg) -> None:
     """The run's pre-flight (whole config), before any model loads."""
-    m = cfg.method
-    if problem := size_problem(m.hidden_size_aug, m.num_heads):
+    if problem := variant_problem(cfg.method):
         raise UserError(problem)
+
+
+def variant_problem(m) -> str | None:
+    """Why the chosen variant's sizes do not fit, or None; its model's constructor raises it too."""
+    variant = Variant(str(m.variant))
+    if variant == Variant.low_rank:
+        ok = m.low_rank_size > 0
+        return None if ok else f"method.low_rank_size={m.low_rank_size} must be positive (method.variant=low_rank)"
+    if variant == Variant.top_pal:
+        if m.top_layers < 1:
+            return f"method.top_layers={m.top_layers} must be at least 1 (method.variant=top_pal)"
+        problem = size_problem(m.hidden_size_aug, m.top_heads)
+        return problem and problem.replace("method.num_heads", "method.top_heads") + " (method.variant=top_pal)"
+    return size_problem(m.hidden_size_aug, m.num_heads)
 
 
 def size_problem(aug: int, heads: int) -> str | None:

@@ -149,6 +149,9 @@ class PALsModel(EncoderClassifier):
 
 
 def build(backbone, cfg: Config, tasks):
+    if str(cfg.variant) != "pals":  # the paper's other rows (top_pal, low_rank): variants.py
+        from deepen_run.methods.pals.variants import build as build_variant
+        return build_variant(backbone, cfg, tasks)
     model = PALsModel(backbone, tasks, cfg)
     for p in model.backbone.parameters():
         p.requires_grad_(not cfg.freeze_backbone)

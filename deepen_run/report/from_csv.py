@@ -1,0 +1,84 @@
+"""deepen-report --from-csv: the report's rows rebuilt from a published per-seed CSV (--seeds-csv's
+format), with no MLflow store, so a study's tables and contrasts can be recomputed from the repo.
+
+The seeds CSV gives each row's label (backbone, method, setup, settings) and its per-seed values;
+the row's settings are read back from its label (`key=value` pairs; a key without a dot is a method
+option, or a backbone one for duplicate_*, as deepen_run/report/rows.py shortens them), which is
+enough to find each row's baseline and to name rows in --contrast. A second CSV (--rows-csv, one line
+a row) may add what the per-seed file lacks: parameter counts and step times, as the MLflow report
+printed them.
+"""
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+from deepen_run.errors import UserError
+from deepen_run.report import contrasts as rc
+
+SEEDS_COLUMNS = ("row", "backbone", "method", "setup", "settings", "task", "seed", "value")
+SIZE_COLUMNS = ("params_total", "params_trainable", "x_backbone", "x_backbone_all", "step_time_s")
+# One setting of a label: key=value, where a value may be a list with spaces ("[1, 2]").
+SETTING = re.compile(r"(\S+?)=(\[[^\]]*\]|\S+)")
+
+
+def config_of(backbone: str, method: str, setup: str, settings: str) -> dict[str, str]:
+    """The row's settings as the report's config keys (enough for baselines and row selectors)."""
+    cfg = {"backbone.name": backbone, "method.name": method}
+    for k, v in SETTING.findall("" if settings == "-" else settings):
+        if "." not in k:
+            k = ("backbone." if k.startswith("duplicate_") else "method.") + k
+        cfg[k] = v
+    if setup.startswith("multi-task "):  # "multi-task sst2+stsb, annealed"
+        tasks, _, schedule = setup[len("multi-task "):].partition(", ")
+        cfg["task.names"] = "[" + ", ".join(tasks.split("+")) + "]"
+        cfg["schedule.name"] = schedule
+    return cfg
+
+
+def _read(path: Path, need: tuple[str, ...]) -> list[dict]:
+    if not path.is_file():
+        raise UserError(f"--from-csv: no file {path}")
+    with path.open(newline="") as f:
+        lines = list(csv.DictReader(f))
+    missing = [c for c in need if lines and c not in lines[0]]
+    if not lines or missing:
+        raise UserError(f"{path}: {'no rows' if not lines else 'no column ' + ', '.join(missing)} "
+                        f"(the format deepen-report --seeds-csv writes: {', '.join(need)})")
+    return lines
+
+
+def load(seeds: Path, sizes: Path | None = None) -> tuple[list[dict], list[tuple]]:
+    """(rows, keys): rows as report.build makes them (ids and order of the CSV), keys their settings."""
+    rows: dict[int, dict] = {}
+    for n, line in enumerate(_read(seeds, SEEDS_COLUMNS), 2):
+        try:
+            rid, value = int(line["row"]), float(line["value"])
+        except ValueError:
+            raise UserError(f"{seeds}, line {n}: row {line['row']!r} / value {line['value']!r} is not a number") from None
+        r = rows.setdefault(rid, {"id": rid, **{k: line[k] for k in ("backbone", "method", "setup", "settings")},
+                                  "per_seed": {}, "repeats": [], "commits": {}} | dict.fromkeys(SIZE_COLUMNS))
+        seeds_of = r["per_seed"].setdefault(line["task"], {})
+        if line["seed"] in seeds_of:
+            raise UserError(f"{seeds}, line {n}: row {rid}, {line['task']}, seed {line['seed']} appears twice")
+        seeds_of[line["seed"]] = value
+        for c in (line.get("git_commits") or "").split():
+            r["commits"].setdefault(c, []).append(line["seed"])
+    ids = sorted(rows)
+    if ids != list(range(1, len(ids) + 1)):
+        raise UserError(f"{seeds}: rows must be numbered 1..{len(ids)}, found {ids}")
+    for r in rows.values():
+        r["commits"] = {c: sorted(set(s), key=rc.seed_order) for c, s in r["commits"].items()}
+        r["per_seed"] = {t: dict(sorted(v.items(), key=lambda kv: rc.seed_order(kv[0]))) for t, v in r["per_seed"].items()}
+    if sizes is not None:
+        for line in _read(sizes, ("row", *SIZE_COLUMNS)):
+            rid = int(line["row"])
+            if rid not in rows:
+                raise UserError(f"{sizes}: row {rid} is not in {seeds}")
+            rows[rid] |= {k: float(line[k]) if line[k] not in ("", "None") else None for k in SIZE_COLUMNS}
+    out = [rows[i] for i in ids]
+    keys = [tuple(sorted(config_of(r["backbone"], r["method"], r["setup"], r["settings"]).items())) for r in out]
+    for r, k in zip(out, keys):
+        r["config"] = dict(k)
+    return out, keys

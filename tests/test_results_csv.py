@@ -1,0 +1,108 @@
+"""docs/results.md is re-derivable from the repo: the `deepen-report --from-csv` command it shows,
+run on the published CSVs alone (no MLflow store), prints every line of the page's result tables
+and every interval its readings quote; and --from-csv rebuilds the rows as the store-backed report
+built them (ids, labels, baselines, the 45-test Holm family)."""
+import re
+import shlex
+
+import pytest
+
+from deepen_run.config.schema import ROOT
+from deepen_run.report import from_csv
+from deepen_run.report import main as report
+
+DOC = (ROOT / "docs" / "results.md").read_text()
+INTERVAL = re.compile(r"\[[+-]\d+\.\d, [+-]\d+\.\d\]")
+
+
+def documented_command() -> list[str]:
+    """The first ```bash block of the page that runs --from-csv: its argv after deepen-report."""
+    for block in re.findall(r"```bash\n(.*?)```", DOC, re.S):
+        argv = shlex.split(block.replace("\\\n", " "))
+        if argv[0] == "deepen-report" and "--from-csv" in argv:
+            return argv[1:]
+    raise AssertionError("docs/results.md shows no deepen-report --from-csv command")
+
+
+@pytest.fixture(scope="module")
+def printed(tmp_path_factory) -> str:
+    import contextlib
+    import io
+    import os
+
+    out = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the command's paths are the repo's
+    try:
+        with contextlib.redirect_stdout(out):
+            report.main(documented_command())
+    finally:
+        os.chdir(cwd)
+    return out.getvalue()
+
+
+def result_tables() -> list[list[str]]:
+    """The page's tables that the report prints: the rows table, the contrasts, secondary, power."""
+    tables, cur = [], []
+    for line in DOC.splitlines() + [""]:
+        if line.startswith("|"):
+            cur.append(line)
+        elif cur:
+            tables.append(cur)
+            cur = []
+    keep = ("| # | backbone |", "| a | b | task | n |")
+    return [t for t in tables if t[0].startswith(keep)]
+
+
+def test_every_line_of_the_result_tables_is_printed_by_the_documented_command(printed):
+    tables = result_tables()
+    assert len(tables) == 4  # rows, the 45 contrasts, the secondary ones, power
+    lines = set(printed.splitlines())
+    missing = [line for t in tables for line in t if line not in lines]
+    assert not missing, missing[:5]
+    assert "adjusted over the 45 contrasts with a p" in printed
+    # And nothing printed is left out of the page: each printed table line is on it.
+    doc_lines = set(DOC.splitlines())
+    assert [x for x in printed.splitlines() if x.startswith("| ") and x not in doc_lines] == []
+
+
+def test_every_interval_the_readings_quote_is_printed(printed):
+    readings = DOC[DOC.index("## What it answers"):DOC.index("## The earlier study")]
+    quoted = set(INTERVAL.findall(readings))
+    assert len(quoted) > 30
+    assert sorted(q for q in quoted if q not in printed) == []
+
+
+def test_the_audits_numbers(printed):
+    """The audit's headline-changing contrasts (issue 36) as the command prints them."""
+    for line in ("| 12 | 4 | avg | 5 | +1.2 [+0.3, +2.1] | 0.018 | 0.073 |",
+                 "| 11 | 5 | avg | 5 | -1.9 [-2.3, -1.6] | <0.001 | <0.001 |",
+                 "| 5 | 4 | avg | 5 | +2.7 [+1.8, +3.5] | 0.001 | 0.008 |",
+                 "| 8 | 4 | avg | 5 | +1.1 [-0.0, +2.3] | 1.25 | 2.1 | 41 |"):
+        assert line in printed, line
+
+
+def test_rows_rebuilt_from_the_csv_keep_their_settings_and_baselines():
+    rows, keys = from_csv.load(ROOT / "docs" / "results" / "floor_seeds.csv")
+    assert len(rows) == 12 and all(len(r["per_seed"][t]) == 5 for r in rows for t in ("sst2", "stsb"))
+    cfg = {r["id"]: r["config"] for r in rows}
+    assert cfg[1]["backbone.duplicate_layers"] == "[1, 2]" and cfg[7]["method.extractor"] == "False"
+    assert (cfg[12]["task.names"], cfg[12]["schedule.name"]) == ("[sst2, stsb]", "annealed")
+    table = report.finish(rows, keys, {k: r["settings"] for k, r in zip(keys, rows)}, ["sst2", "stsb"], [],
+                          ["pooling=mean"], True)
+    assert {r["id"]: r["baseline"] for r in table["rows"]} == {1: 4, 2: 4, 3: 4, 4: 4, 5: 5, 6: 6, 7: 4, 8: 4, 9: 4,
+                                                               10: 4, 11: 11, 12: 11}
+
+
+def test_bad_input_names_the_culprit(tmp_path, capsys):
+    bad = tmp_path / "seeds.csv"
+    bad.write_text("row,backbone,method,setup,settings,task,seed\n1,minilm,baseline,single-task,-,sst2,1\n")
+    with pytest.raises(SystemExit) as e:
+        report.main(["--from-csv", str(bad)])
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip() == (f"deepen-report: error: {bad}: no column value (the format "
+                                               "deepen-report --seeds-csv writes: row, backbone, method, setup, "
+                                               "settings, task, seed, value)")
+    with pytest.raises(SystemExit) as e:
+        report.main(["--from-csv", str(ROOT / "docs" / "results" / "floor_seeds.csv"), "--uri", "sqlite:///x.db"])
+    assert e.value.code == 2 and "--from-csv reads no MLflow store: drop --uri" in capsys.readouterr().err
