@@ -48,6 +48,7 @@ SHORT = re.compile(r"(?<![\w/.\-])((?:methods|model|run|sweep|cli|report|data|tr
 # Dotted names: deepen_run.x.y in full, or <subpackage>.<its module>.<name> (model.heads.pool).
 DOTTED = re.compile(r"(?<![\w./\-])((?:deepen_run|model|run|methods|sweep|cli|report|data|tracking|config)"
                     r"(?:\.[A-Za-z_]\w*)+)(?![\w(/\-]|\.\w)")
+FILE_SUFFIXES = {"json", "yaml", "md", "py", "tsv", "csv", "txt", "png", "zip", "safetensors"}
 FOLDERS = tuple(p.parent.name for p in (PKG / "methods").glob("*/config.py"))
 
 
@@ -69,6 +70,8 @@ def path_exists(p: str, here: Path) -> bool:
 def name_exists(dotted: str) -> bool | None:
     """True/False for a name under deepen_run; None when it is not one (a file name, a variable)."""
     parts = dotted.split(".")
+    if len(parts) == 2 and parts[1] in FILE_SUFFIXES:
+        return None  # deepen_run.json, config.yaml: a file name
     if parts[0] != "deepen_run":
         if not (PKG / parts[0] / f"{parts[1]}.py").is_file():
             return None  # model.safetensors, run.json, sweep.overrides: not a module reference
