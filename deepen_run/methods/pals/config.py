@@ -19,7 +19,7 @@ class Config:
     attention_dropout: dropout on those attention weights
     init_std: standard deviation of the new weights' normal initialisation
     freeze_backbone: train only PALs and heads (the paper fine-tunes everything: false)
-    pooling: sentence vector: pooler (shared pretrained pooler, as the paper) | cls | mean | max
+    pooling: sentence vector: auto (the family's convention: BERT's shared pretrained pooler, as the paper; the first token for families whose checkpoints hold none) | pooler (the backbone's pooler; counted and trained as new where its checkpoint lacks it) | cls | mean | max
     """
 
     name: str = "pals"
@@ -28,7 +28,7 @@ class Config:
     attention_dropout: float = 0.1
     init_std: float = 0.02
     freeze_backbone: bool = False
-    pooling: Pooling = Pooling.pooler
+    pooling: Pooling = Pooling.auto
 
 
 def check(cfg) -> None:
