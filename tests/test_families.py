@@ -23,7 +23,7 @@ from deepen_run.model.heads import new_parameters
 ALL = sorted(FAMILIES)
 DISTINCT = [f for f in ALL if not FAMILIES[f].shared_layers]  # families whose layers can be copied
 POST_LN = [f for f in DISTINCT if not FAMILIES[f].pre_ln]
-SMALL = ["task=rte", "train.max_steps=2", "data.max_train_samples=16", "data.max_eval_samples=16",
+SMALL = ["task=rte", "train.max_steps=2", "data.max_train_samples=16", "data.max_eval_samples=8",
          "data.max_seq_length=32", "train.batch_size=4", "train.eval_batch_size=16", "train.mixed_precision=no"]
 
 
@@ -55,6 +55,7 @@ def run_in_process(cfg, mlflow_uri):
     return runs[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ALL)
 def test_every_method_trains(family, mlflow_uri, glue_dir):
     """baseline, HIRE and PALs finish 2 steps; HIRE again on a gated copy of layer 1 (not on ALBERT),
@@ -161,6 +162,7 @@ def roberta_without_pooler(tmp_path_factory):
     return str(folder)
 
 
+@pytest.mark.slow
 def test_a_pooler_the_checkpoint_lacks_is_new(roberta_without_pooler, mlflow_uri, glue_dir):
     from deepen_run.run.train import optimizer_for
 
@@ -187,12 +189,16 @@ def test_a_pooler_the_checkpoint_lacks_is_new(roberta_without_pooler, mlflow_uri
     assert METHODS["baseline"].build(load(auto)[0], auto.method, get_tasks(["rte"])).pooling == "cls"
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_albert_duplication_is_refused_in_one_line(mlflow_uri, glue_dir):
     r = cli("backbone=tiny", "backbone.model_type=albert", "backbone.duplicate_layers=[1]", *SMALL)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "share one set of weights" in r.stderr and "backbone.duplicate_layers" in r.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_an_unknown_family_is_refused_before_weights_load(tmp_path, glue_dir):
     """A folder whose config.json names another model_type and holds no weights: refused on its config alone."""
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
@@ -203,3 +209,17 @@ def test_an_unknown_family_is_refused_before_weights_load(tmp_path, glue_dir):
         from deepen_run.run.preflight import check
 
         check(tiny("gpt2"))
+
+
+@pytest.mark.parametrize("family", ALL)
+def test_layer_index_places_every_parameter_in_depth(family):
+    backbone = load(tiny(family))[0]
+    where = adapter.layer_index(backbone)
+    L = len(adapter.layers(backbone))
+    assert set(where) == {n for n, _ in backbone.named_parameters()}
+    for i, layer in enumerate(adapter.layers(backbone)):
+        ids = {id(p) for p in layer.parameters()}
+        assert {where[n] for n, p in backbone.named_parameters() if id(p) in ids} == {i + 1}
+    assert any(v == 0 for v in where.values())  # the embeddings
+    above = {n for n, v in where.items() if v == L + 1}
+    assert above == {n for n, _ in backbone.named_parameters() if n.startswith(FAMILIES[family].above)}
