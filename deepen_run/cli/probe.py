@@ -26,9 +26,6 @@ from omegaconf import OmegaConf  # noqa: E402
 from deepen_run.config.schema import ROOT, Inputs  # noqa: E402
 from deepen_run.errors import UserError  # noqa: E402
 
-MLM_HEAD_PREFIXES = ("cls.predictions.", "lm_head.")  # BERT, RoBERTa checkpoints
-
-
 @dataclass
 class ProbeSettings:
     """probe.*: the layer redundancy probe.
@@ -89,8 +86,10 @@ def load(bcfg):
 
     if not bcfg.pretrained:
         return bb.load_model(bcfg), None, "backbone.pretrained=false: random weights have no pretrained MLM head"
+    from deepen_run.model import adapter
+
     keys = checkpoint_keys(bcfg)
-    if keys is not None and not any(k.startswith(MLM_HEAD_PREFIXES) for k in keys):
+    if keys is not None and not any(k.startswith(adapter.mlm_prefixes(bb.model_type(bcfg))) for k in keys):
         return bb.load_model(bcfg), None, (f"checkpoint {bcfg.path} ships the bare encoder, without its "
                                            "pretrained MLM head")
     path = resolve(bcfg.path)
@@ -116,6 +115,9 @@ def check(cfg) -> list:
         raise UserError(f"probe.mlm_probability={p.mlm_probability} must be in (0, 1)")
     gd.check_glue_dir(cfg.data.glue_dir, tasks, need_train=False)
     bb.preflight(cfg.backbone)
+    from deepen_run.model import adapter
+
+    adapter.refuse_shared(bb.model_type(cfg.backbone), "deepen-probe")
     return tasks
 
 

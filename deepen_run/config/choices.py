@@ -57,7 +57,9 @@ class Pool(StrEnum):
 
 
 class Pooling(StrEnum):
-    """A method's pooling: Pool, or the backbone's pretrained pooler (model.heads.EncoderClassifier)."""
+    """A method's pooling: Pool, the backbone's pooler, or auto: the family's own convention
+    (deepen_run/model/adapter.py, pooling), which never reads a pooler its checkpoint lacks."""
+    auto = "auto"
     pooler = "pooler"
     cls = "cls"
     mean = "mean"

@@ -7,10 +7,11 @@ builds a random model of the same shape, offline.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
-from transformers import AutoConfig, AutoModel, AutoTokenizer, CONFIG_MAPPING
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from deepen_run.errors import UserError
 from deepen_run.util import hub_reachable
@@ -37,7 +38,33 @@ def _hub_hint(path: str) -> str:
 
 
 def preflight(cfg) -> None:
-    """Fail in seconds, before data or weights load, if the backbone cannot be found."""
+    """Fail in seconds, before data or weights load, if the backbone cannot be found or is of a family
+    the backbone adapter does not know (deepen_run/model/families.py)."""
+    from deepen_run.model import adapter
+
+    _find(cfg)
+    adapter.family(model_type(cfg), "backbone.model_type" if not cfg.pretrained else f"backbone {cfg.path}'s model_type")
+
+
+def model_type(cfg) -> str:
+    """The backbone's config.model_type: backbone.model_type for a random model, else its config file's."""
+    if not cfg.pretrained:
+        return cfg.model_type
+    path = Path(resolve(cfg.path))
+    if (path / "config.json").is_file():  # a local folder: read the file, transformers would refuse an unknown type
+        return json.loads((path / "config.json").read_text()).get("model_type", "")
+    return _config(cfg).model_type
+
+
+def _config(cfg):
+    kw = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    try:  # a cached Hub config reads without the network (the preflight already found it)
+        return AutoConfig.from_pretrained(resolve(cfg.path), local_files_only=True, **kw)
+    except (OSError, ValueError):
+        return AutoConfig.from_pretrained(resolve(cfg.path), **kw)
+
+
+def _find(cfg) -> None:
     if not cfg.pretrained:
         return
     path = resolve(cfg.path)
@@ -82,19 +109,13 @@ def depth(cfg) -> int:
     """The backbone's layer count from its config file alone (no weights load)."""
     if not cfg.pretrained:
         return cfg.num_hidden_layers
-    kw = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
-    try:  # a cached Hub config reads without the network (the preflight already found it)
-        return AutoConfig.from_pretrained(resolve(cfg.path), local_files_only=True, **kw).num_hidden_layers
-    except (OSError, ValueError):
-        return AutoConfig.from_pretrained(resolve(cfg.path), **kw).num_hidden_layers
+    return _config(cfg).num_hidden_layers
 
 
 def architecture(cfg):
-    kw = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
-              num_attention_heads=cfg.num_attention_heads, intermediate_size=cfg.intermediate_size,
-              max_position_embeddings=cfg.max_position_embeddings, type_vocab_size=cfg.type_vocab_size,
-              pad_token_id=cfg.pad_token_id)
-    return CONFIG_MAPPING[cfg.model_type](**kw)
+    from deepen_run.model import adapter
+
+    return adapter.tiny_config(cfg)
 
 
 def local_only(path: str) -> bool:
@@ -103,15 +124,23 @@ def local_only(path: str) -> bool:
     return not os.path.isdir(path) and not hub_reachable()
 
 
-def load_model(cfg):
+def load_model(cfg, with_fresh: bool = False):
+    """The encoder; with_fresh: (encoder, the parameters the checkpoint did not hold, which transformers
+    initialised at random, e.g. RoBERTa's pooler: they are new, not pretrained). A random model
+    (pretrained=false) stands in for a pretrained one: none of its parameters count as fresh."""
     if not cfg.pretrained:
-        return AutoModel.from_config(architecture(cfg))
+        model = AutoModel.from_config(architecture(cfg))
+        return (model, ()) if with_fresh else model
     path = resolve(cfg.path)
     try:
-        return AutoModel.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
-                                         local_files_only=local_only(path))
+        model, info = AutoModel.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
+                                                local_files_only=local_only(path), output_loading_info=True)
     except OSError as e:
         raise UserError(_hub_hint(cfg.path)) from e
+    if not with_fresh:
+        return model
+    missing = set(info["missing_keys"])
+    return model, tuple(p for n, p in model.named_parameters() if n in missing)
 
 
 def load_tokenizer(cfg):

@@ -6,9 +6,14 @@ once the backbone has loaded and before any method builds on it, so every method
 encoder. An index listed twice gets two copies. `backbone.duplicate_init` says how a copy enters:
   plain   the copy's output replaces its input, as in the paper: the deeper model computes another
           function than the pretrained one before fine-tuning
-  gated   the copy's output is h + g * (copy(h) - h), g a learned scalar per copy starting at 0: the
-          deeper model computes exactly the pretrained function at step 0, and g is a new parameter
-          (train.new_params_lr_scale); the copies' own weights are pretrained ones (1x)
+  gated   the copy starts as the identity, so the deeper model computes exactly the pretrained function
+          at step 0, in the family's own way (deepen_run/model/adapter.py, identity_copy):
+          post-LN (BERT, RoBERTa, ...): the copy's output is h + g * (copy(h) - h), g a learned scalar
+            per copy starting at 0, a new parameter (train.new_params_lr_scale)
+          pre-LN (ModernBERT): the copy's output projections (attention and MLP) start at zero, so the
+            block adds nothing to its residual stream (LLaMA Pro, ours); those zeroed weights are new
+          the copies' other weights are pretrained ones (1x)
+A family whose layers share one set of weights (ALBERT) cannot copy a layer: refused in the pre-flight.
 
 Whenever layers were duplicated, record() logs `duplicate/cosine_before_finetune`: how far the
 copies moved the final hidden states before fine-tuning (deepen_run/model/probe.py's measure, on up to
@@ -20,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from deepen_run.model import adapter
 from deepen_run.model import layers as surgery
 from deepen_run.errors import UserError
 
@@ -33,8 +39,9 @@ def check(cfg) -> None:
     if b.cosine_samples <= 0:
         raise UserError(f"backbone.cosine_samples={b.cosine_samples} must be positive")
     if b.duplicate_layers:
-        from deepen_run.model.backbone import depth
+        from deepen_run.model.backbone import depth, model_type
 
+        adapter.refuse_shared(model_type(b), "backbone.duplicate_layers")
         surgery.check_indices(list(b.duplicate_layers), depth(b), "backbone.duplicate_layers")
 
 
@@ -50,22 +57,28 @@ def _gated(layer: nn.Module, args, kwargs, output):
 
 def apply(backbone, cfg) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """Deepen a freshly loaded backbone as the config asks. -> (the copies' parameters, the new
-    ones: the gates). Draws no random numbers, so a run's RNG stream (and thus its head init and
-    batches) is the same with and without duplication."""
+    ones: gates, zeroed projections, norms a copy gained). Draws no random numbers, so a run's RNG stream
+    (and thus its head init and batches) is the same with and without duplication."""
     indices = list(cfg.backbone.duplicate_layers or [])
     if not indices:
         return [], []
     src = surgery.duplicate(backbone, indices, "backbone.duplicate_layers")
     layers = surgery.encoder_layers(backbone)
-    copies = [layers[p] for p in range(len(src)) if p not in set(surgery.original_positions(src))]
-    gates = []
-    if cfg.backbone.duplicate_init == "gated":
-        for layer in copies:
+    originals = set(surgery.original_positions(src))
+    copies = [(p, layers[p]) for p in range(len(src)) if p not in originals]
+    new = []
+    for p, layer in copies:
+        new += adapter.fit_copy(backbone, layer, p)
+        if cfg.backbone.duplicate_init != "gated":
+            continue
+        zeroed = adapter.identity_copy(backbone, layer)
+        if zeroed is None:  # post-LN: no weight makes the block the identity, a gate does
             layer.register_parameter(GATE, nn.Parameter(torch.zeros(())))
             layer.register_forward_hook(_gated, with_kwargs=True, prepend=True)
-            gates.append(getattr(layer, GATE))
-    gate_ids = {id(g) for g in gates}
-    return [p for layer in copies for p in layer.parameters() if id(p) not in gate_ids], gates
+            zeroed = [getattr(layer, GATE)]
+        new += zeroed
+    new_ids = {id(g) for g in new}
+    return [p for _, layer in copies for p in layer.parameters() if id(p) not in new_ids], new
 
 
 def duplicated(backbone) -> bool:

@@ -7,6 +7,7 @@ from torch import nn
 
 from deepen_run.data.glue import TaskSpec
 from deepen_run.output import Output
+from deepen_run.model import adapter
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
@@ -35,21 +36,22 @@ class TaskHeads(nn.ModuleDict):
 class EncoderClassifier(nn.Module):
     """Backbone -> pooled sentence vector -> the task's head. The baseline, and a base to extend.
 
-    pooling="pooler" uses the backbone's pretrained pooler (BERT's tanh layer over [CLS]) when
-    it has one, else the first token.
+    pooling: auto = the family's convention (deepen_run/model/adapter.py, pooling: BERT's and ALBERT's
+    pretrained pooler, the first token for families whose checkpoints hold none), pooler = the
+    backbone's pooler layer (new where the checkpoint lacks it: params/backbone_new), cls, mean, max.
     """
 
-    def __init__(self, backbone: nn.Module, tasks: list[TaskSpec], pooling: str = "pooler"):
+    def __init__(self, backbone: nn.Module, tasks: list[TaskSpec], pooling: str = "auto"):
         super().__init__()
         self.backbone = backbone
-        self.pooling = pooling if pooling != "pooler" or getattr(backbone, "pooler", None) else "cls"
+        self.pooling = adapter.pooling(backbone, str(pooling))
         dropout = getattr(backbone.config, "hidden_dropout_prob", 0.1)
         self.heads = TaskHeads(tasks, backbone.config.hidden_size, dropout)
 
     def encode(self, task: str, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        out = self.backbone(**adapter.inputs(self.backbone, input_ids, attention_mask, token_type_ids))
         if self.pooling == "pooler":
-            return out.pooler_output
+            return adapter.pooled(out)
         return pool(out.last_hidden_state, attention_mask, self.pooling)
 
     def forward(self, task: str, input_ids, attention_mask, token_type_ids=None) -> Output:
@@ -74,12 +76,13 @@ def count(module: nn.Module, trainable_only: bool = False) -> int:
 
 def new_parameters(model: nn.Module, loaded, added) -> tuple:
     """What starts from scratch (trained at train.new_params_lr_scale x lr): the method's declaration
-    (contract.MethodModel.new_parameters) and the backbone steps' new weights (backbone_steps.Added).
+    (contract.MethodModel.new_parameters), the backbone steps' new weights and the backbone's parameters
+    its checkpoint did not hold (backbone_steps.Added: new and fresh).
     loaded: the parameters the backbone was loaded with (the tensors, not their ids: a module a method
     replaces is freed, and a new tensor may reuse a freed id). Every parameter must be loaded, a
     step's, or declared by the method: one built but not declared would silently train at the
     pretrained rate, so it is an error (naming it) instead."""
-    new = (*model.new_parameters(), *added.new)
+    new = (*model.new_parameters(), *added.new, *added.fresh)
     known = {id(p) for p in (*loaded, *new, *added.copied)}
     undeclared = [n for n, p in model.named_parameters() if id(p) not in known]
     if undeclared:
@@ -88,13 +91,15 @@ def new_parameters(model: nn.Module, loaded, added) -> tuple:
     return new
 
 
-def param_report(model: nn.Module, backbone_params: int, duplicated: int = 0) -> dict[str, float]:
-    """Sizes for params/*, which add up to params/total: backbone = the pretrained backbone as
-    loaded, duplicated = the layer copies (backbone.duplicate_layers, gates included), method =
-    what the method added on top of the (deepened) backbone, heads. ratio = total / backbone."""
+def param_report(model: nn.Module, backbone_params: int, duplicated: int = 0, fresh: int = 0) -> dict[str, float]:
+    """Sizes for params/*; backbone, duplicated, method and heads add up to params/total: backbone =
+    the backbone as loaded, duplicated = the layer copies (backbone.duplicate_layers, gates included),
+    method = what the method added on top of the (deepened) backbone, heads. ratio = total / backbone.
+    backbone_new = the part of backbone its checkpoint did not hold (randomly initialised by
+    transformers, e.g. RoBERTa's pooler), trained as new (train.new_params_lr_scale)."""
     total = count(model)
     heads = count(model.heads) if hasattr(model, "heads") else 0
-    return {"params/backbone": backbone_params, "params/duplicated": duplicated,
+    return {"params/backbone": backbone_params, "params/backbone_new": fresh, "params/duplicated": duplicated,
             "params/method": total - backbone_params - duplicated - heads,
             "params/heads": heads, "params/total": total, "params/trainable": count(model, True),
             "params/ratio": total / backbone_params}

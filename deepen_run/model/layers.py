@@ -1,7 +1,7 @@
 """Surgery on an encoder's layer stack: find it, duplicate layers in it, or run it reordered.
 
-Works on any Hugging Face encoder that keeps its layers in `base_model.encoder.layer`, a
-ModuleList (BERT, RoBERTa, MiniLM). Shared by the duplication step (deepen_run/model/duplication.py,
+Works on every family the backbone adapter knows (deepen_run/model/adapter.py finds the stack).
+Shared by the duplication step (deepen_run/model/duplication.py,
 `backbone.duplicate_layers`, method=duplicate) and the redundancy probe.
 """
 from __future__ import annotations
@@ -13,15 +13,13 @@ from typing import Iterator, Sequence
 from torch import nn
 
 from deepen_run.errors import UserError
+from deepen_run.model import adapter
 
 
 def encoder_layers(backbone: nn.Module) -> nn.ModuleList:
-    encoder = getattr(getattr(backbone, "base_model", backbone), "encoder", None)
-    layers = getattr(encoder, "layer", None)
-    if not isinstance(layers, nn.ModuleList):
-        raise UserError(f"{type(backbone).__name__} keeps no encoder.layer ModuleList; layer duplication and "
-                        "the probe support BERT-style encoders (bert, roberta, MiniLM)")
-    return layers
+    """The layer stack, for surgery: a family whose layers share weights (ALBERT) has none to cut."""
+    adapter.refuse_shared(backbone.config.model_type, "layer surgery")
+    return adapter.layers(backbone)
 
 
 def check_indices(indices: Sequence[int], depth: int, what: str = "method.layers") -> None:
@@ -49,6 +47,7 @@ def duplicate(backbone: nn.Module, indices: Sequence[int], what: str = "method.l
     Returns, for each position of the new stack, the original index it came from; the backbone
     keeps that list as `layer_sources` (see sources()), so methods can name the copies.
     """
+    adapter.refuse_shared(backbone.config.model_type, what)
     layers = encoder_layers(backbone)
     depth = len(layers)
     check_indices(indices, depth, what)
@@ -61,7 +60,7 @@ def duplicate(backbone: nn.Module, indices: Sequence[int], what: str = "method.l
         new.append(layers[i])
         # deepcopy, not a second reference: the copy must train independently of its source.
         new.extend(copy.deepcopy(layers[i]) for _ in range(copies.get(i, 0)))
-    encoder_layers_parent(backbone).layer = nn.ModuleList(new)
+    adapter.set_layers(backbone, nn.ModuleList(new))
     config = backbone.config
     if isinstance(getattr(config, "layer_types", None), list) and len(config.layer_types) == depth:
         config.layer_types = [config.layer_types[s] for s in order]
@@ -98,24 +97,18 @@ def metric_label(label: str) -> str:
     return f"layer_{label.rstrip(chr(39))}" + (f"_copy{copies}" if copies else "")
 
 
-def encoder_layers_parent(backbone: nn.Module) -> nn.Module:
-    encoder_layers(backbone)  # raises the UserError if there is no layer stack
-    return getattr(backbone, "base_model", backbone).encoder
-
-
 @contextmanager
 def layer_stack(backbone: nn.Module, modules: Sequence[nn.Module]) -> Iterator[None]:
     """Run the encoder with another stack of modules (existing layers, shared, in any order),
     then put the original stack back. For measurements only: a layer listed twice is the same
     module, so training through it would tie the two uses' weights."""
-    parent = encoder_layers_parent(backbone)
-    original, depth = parent.layer, backbone.config.num_hidden_layers
-    parent.layer = nn.ModuleList(modules)
+    original, depth = encoder_layers(backbone), backbone.config.num_hidden_layers
+    adapter.set_layers(backbone, nn.ModuleList(modules))
     backbone.config.num_hidden_layers = len(modules)
     try:
         yield
     finally:
-        parent.layer = original
+        adapter.set_layers(backbone, original)
         backbone.config.num_hidden_layers = depth
 
 

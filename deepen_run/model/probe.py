@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from deepen_run.model import adapter
 from deepen_run.model.layers import encoder_layers, layer_stack
 
 
@@ -38,8 +39,9 @@ def _device(module: nn.Module) -> torch.device:
 
 
 def _on(module: nn.Module, batch: dict) -> dict:
+    """The batch on the module's device, as the family's forward takes it (no segment ids for some)."""
     dev = _device(module)
-    return {k: v.to(dev) for k, v in batch.items()}
+    return adapter.inputs(module, **{k: v.to(dev) for k, v in batch.items()})
 
 
 @torch.no_grad()
@@ -109,7 +111,7 @@ def _sweep(backbone: nn.Module, call, batches: list[dict], desc: str, progress: 
     below = [None] * len(batches)  # output of layer i-1 per batch; None: start at the embeddings
     for i in tqdm(range(len(layers)), desc=desc, disable=not progress, dynamic_ncols=True):
         for bi, b in enumerate(batches):
-            head = [_Replay(below[bi])] if below[bi] is not None else []
+            head = [adapter.stand_in(backbone, _Replay(below[bi]), layers[0])] if below[bi] is not None else []
             with layer_stack(backbone, head + layers[i + 1:]):
                 removed = call(b)
             yield i, "removed", bi, removed

@@ -19,9 +19,12 @@ STEPS = (duplication,)
 
 @dataclass(frozen=True)
 class Added:
-    """What the steps added to the backbone: copies of pretrained weights, and new weights."""
+    """What the steps added to the backbone: copies of pretrained weights, and new weights; and
+    `fresh`, the backbone's own parameters its checkpoint did not hold (transformers initialised them
+    at random, e.g. RoBERTa's pooler): part of the backbone as loaded, but new, not pretrained."""
     copied: tuple = ()
     new: tuple = ()
+    fresh: tuple = ()
 
 
 def check(cfg) -> None:
@@ -29,13 +32,21 @@ def check(cfg) -> None:
         step.check(cfg)
 
 
-def apply(backbone, cfg) -> Added:
+def apply(backbone, cfg, fresh: tuple = ()) -> Added:
     copied, new = [], []
     for step in STEPS:
         c, n = step.apply(backbone, cfg)
         copied += c
         new += n
-    return Added(tuple(copied), tuple(new))
+    return Added(tuple(copied), tuple(new), tuple(fresh))
+
+
+def train_new(added: Added) -> None:
+    """What starts from scratch in the backbone (a step's gates or zeroed projections, weights its
+    checkpoint lacked) trains even where the method froze the backbone (PALs' freeze_backbone freezes
+    what was pretrained): frozen at its start, a gate would keep its copy out of the model for good."""
+    for p in (*added.new, *added.fresh):
+        p.requires_grad_(True)
 
 
 def record(backbone, ctx) -> None:
@@ -48,6 +59,6 @@ def load(cfg):
     loaded with, Added): what model.new_parameters needs to tell pretrained weights from new ones."""
     from deepen_run.model import backbone as bb
 
-    backbone = bb.load_model(cfg.backbone)
+    backbone, fresh = bb.load_model(cfg.backbone, with_fresh=True)
     loaded = tuple(backbone.parameters())
-    return backbone, loaded, apply(backbone, cfg)
+    return backbone, loaded, apply(backbone, cfg, fresh)

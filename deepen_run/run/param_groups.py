@@ -16,15 +16,12 @@ import torch
 
 
 def layer_depths(backbone: torch.nn.Module) -> tuple[dict[int, int], int]:
-    """The one place that knows where a backbone keeps its layers: id(parameter) -> 0 for the
-    embeddings, i + 1 for encoder layer i; and L, the number of layers."""
-    from deepen_run.model.layers import encoder_layers
+    """id(parameter) -> its depth by the backbone adapter (0 below the layer stack, i + 1 for layer
+    position i, L + 1 above it: the pooler, a final norm), and L, the number of layers."""
+    from deepen_run.model import adapter
 
-    layers = encoder_layers(backbone)
-    depth = {id(p): 0 for p in getattr(backbone, "base_model", backbone).embeddings.parameters()}
-    for i, layer in enumerate(layers):
-        depth.update({id(p): i + 1 for p in layer.parameters()})
-    return depth, len(layers)
+    index = adapter.layer_index(backbone)
+    return {id(p): index[n] for n, p in backbone.named_parameters()}, len(adapter.layers(backbone))
 
 
 def lr_scale(depth: int | None, num_layers: int, decay: float) -> float:

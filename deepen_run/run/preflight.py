@@ -251,10 +251,12 @@ def seq_length(cfg) -> None:
             conf = AutoConfig.from_pretrained(resolve(b.path), local_files_only=True, **kw)
         except (OSError, ValueError):
             conf = AutoConfig.from_pretrained(resolve(b.path), **kw)
-        positions, kind, pad = (getattr(conf, "max_position_embeddings", None), conf.model_type,
-                                getattr(conf, "pad_token_id", None) or 0)
     else:
-        positions, kind, pad = b.max_position_embeddings, b.model_type, b.pad_token_id
+        from deepen_run.model.backbone import architecture
+
+        conf = architecture(b)  # the family's random model (model/families.py), not yet built
+    positions, kind, pad = (getattr(conf, "max_position_embeddings", None), conf.model_type,
+                            getattr(conf, "pad_token_id", None) or 0)
     if positions is None:
         return  # relative positions: no table to overflow
     limit = positions - (pad + 1 if kind in OFFSET_POSITIONS else 0)

@@ -69,8 +69,10 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
     quiet_libraries()  # before the weights load: transformers' bar off a terminal
     backbone, loaded, added = backbone_steps.load(cfg)  # steps before any method builds: all see them
     model = method.build(backbone, cfg.method, tasks)
+    backbone_steps.train_new(added)
     new_params = new_parameters(model, loaded, added)
-    sizes = param_report(model, sum(p.numel() for p in loaded), sum(p.numel() for p in (*added.copied, *added.new)))
+    sizes = param_report(model, sum(p.numel() for p in loaded), sum(p.numel() for p in (*added.copied, *added.new)),
+                         sum(p.numel() for p in added.fresh))
     sizes["model/num_layers"] = getattr(model.backbone.config, "num_hidden_layers", 0)
     phase("model")
 
@@ -149,6 +151,7 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
 
 def size_summary(s: dict) -> str:
     dup = f"  duplicated {s['params/duplicated']:,}" if s.get("params/duplicated") else ""
-    return (f"params: backbone {s['params/backbone']:,}{dup}  method {s['params/method']:,}  heads "
+    fresh = f" (new, not in its checkpoint: {s['params/backbone_new']:,})" if s.get("params/backbone_new") else ""
+    return (f"params: backbone {s['params/backbone']:,}{fresh}{dup}  method {s['params/method']:,}  heads "
             f"{s['params/heads']:,}  total {s['params/total']:,}  trainable {s['params/trainable']:,}  "
             f"ratio {s['params/ratio']:.4f}x  layers {s['model/num_layers']}")

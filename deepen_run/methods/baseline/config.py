@@ -18,11 +18,11 @@ class Config:
     """method=baseline: plain fine-tuning, one linear head per task.
 
     name: the method (set by method=<option>)
-    pooling: sentence vector: pooler (BERT's pretrained pooler, else cls) | cls | mean | max
+    pooling: sentence vector: auto (the family's convention: BERT's/ALBERT's pretrained pooler, ModernBERT's classifier_pooling, the first token for families whose checkpoints hold no pooler: RoBERTa, XLM-R, ELECTRA, DeBERTa, DistilBERT) | pooler (the backbone's pooler; counted and trained as new where its checkpoint lacks it) | cls | mean | max
     """
 
     name: str = "baseline"
-    pooling: Pooling = Pooling.pooler
+    pooling: Pooling = Pooling.auto
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Duplicate(Config):
     """method=duplicate: the baseline with pretrained layers copied right after themselves (Kao et al. 2020).
 
     name: the method (set by method=<option>)
-    pooling: sentence vector: pooler (BERT's pretrained pooler, else cls) | cls | mean | max
+    pooling: sentence vector: auto (the family's convention: BERT's/ALBERT's pretrained pooler, ModernBERT's classifier_pooling, the first token for families whose checkpoints hold no pooler: RoBERTa, XLM-R, ELECTRA, DeBERTa, DistilBERT) | pooler (the backbone's pooler; counted and trained as new where its checkpoint lacks it) | cls | mean | max
     layers: the older spelling of backbone.duplicate_layers (0-based, e.g. [2,3]; twice = two copies)
     """
 

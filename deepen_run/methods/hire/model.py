@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from deepen_run.model import adapter
 from deepen_run.model import layers as surgery
 from deepen_run.errors import UserError
 from deepen_run.methods.hire.config import Config, check, check_method  # noqa: F401 (the method's contract)
@@ -148,9 +149,9 @@ class HireClassifier(nn.Module):
 
     def features(self, task, input_ids, attention_mask, token_type_ids=None):
         """-> pooled sentence vectors (B, d), importances (B, J)."""
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+        out = self.backbone(**adapter.inputs(self.backbone, input_ids, attention_mask, token_type_ids),
                             output_hidden_states=True)
-        hs = out.hidden_states
+        hs = adapter.hidden_states(self.backbone, out)  # one footing (ModernBERT: its final norm on each)
         layers = torch.stack([hs[j] for j in self.layer_ids])
         block = self.hire["shared" if self.cfg.shared else task]
         fused, alpha = block(layers, hs[-1], attention_mask)

@@ -26,7 +26,7 @@ class Config:
     attention_dropout: dropout on those attention weights
     init_std: standard deviation of the new weights' normal initialisation
     freeze_backbone: train only PALs and heads (the paper fine-tunes everything: false)
-    pooling: sentence vector: pooler (shared pretrained pooler, as the paper) | cls | mean | max
+    pooling: sentence vector: auto (the family's convention: BERT's shared pretrained pooler, as the paper; the first token for families whose checkpoints hold none) | pooler (the backbone's pooler; counted and trained as new where its checkpoint lacks it) | cls | mean | max
     variant: pals (every layer, the paper's PALs) | top_pal (Top Proj. Attn.: attention layers on top only) | low_rank (a low-rank transform per layer)
     low_rank_size: width of variant=low_rank's transform (the paper: 100, its 1.13x budget)
     top_layers: variant=top_pal's attention layers in the d_s space (the authors' code: 6)
@@ -39,7 +39,7 @@ class Config:
     attention_dropout: float = 0.1
     init_std: float = 0.02
     freeze_backbone: bool = False
-    pooling: Pooling = Pooling.pooler
+    pooling: Pooling = Pooling.auto
     variant: Variant = Variant.pals
     low_rank_size: int = 100
     top_layers: int = 6

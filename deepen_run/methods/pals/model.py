@@ -5,19 +5,20 @@ For task t and layer l with input h, the layer's output LayerNorm gets one more 
     H_l = LN2(a + Dropout(W_2 GELU(W_1 a)) + TS(h)),   TS(h) = GELU(V_D_t(MHA_{t,l}(V_E_t h)))
 
 V_E_t / V_D_t are shared by all layers of task t; MHA_{t,l} (q/k/v in the d_s space, no output
-projection) is separate per layer and task. The Hugging Face backbone is left as it is: two
-forward pre-hooks per layer do the work, so its parameter names, save_pretrained and
-from_pretrained stay untouched:
-  - on encoder.layer[l]: compute TS(h) from the layer input h for the active task;
-  - on encoder.layer[l].output (BertOutput / RobertaOutput, forward(hidden, input_tensor) =
-    LN(dropout(dense(hidden)) + input_tensor)): replace input_tensor by input_tensor + TS(h).
+projection) is separate per layer and task. The Hugging Face backbone is left as it is: hooks that the
+backbone adapter places (deepen_run/model/adapter.py, hook_residual_term) do the work, so its parameter
+names, save_pretrained and from_pretrained stay untouched:
+  - before each layer call: compute TS(h) from the layer input h for the active task;
+  - post-LN families: add it inside the layer's output LayerNorm, as above (BERT: BertOutput's
+    input_tensor); pre-LN families (ModernBERT): add it to the layer's output, a parallel residual term
+    H_l = x + attn + mlp + TS(x) (ours: the paper's backbone has no pre-LN block; docs/methods.md).
+Layer l is the l-th layer call of a forward, so a shared layer (ALBERT) gets a PAL per depth.
 The active task and the padding mask are set by PALsModel.encode (called by forward) for the
 duration of one call: state of this model instance, nothing global. Outside such a call the
-backbone runs as plain BERT.
+backbone runs as it is.
 """
 from __future__ import annotations
 
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -25,6 +26,7 @@ from torch import nn
 
 from deepen_run.errors import UserError
 from deepen_run.methods.pals.config import Config, check, size_problem  # noqa: F401 (the method's contract)
+from deepen_run.model import adapter
 from deepen_run.model.heads import EncoderClassifier
 
 
@@ -77,54 +79,38 @@ def pal_params_per_task(hidden: int, aug: int, num_layers: int) -> int:
     return (hidden * aug + aug) + (aug * hidden + hidden) + num_layers * 3 * (aug * aug + aug)
 
 
-def encoder_layers(backbone: nn.Module) -> nn.ModuleList:
-    """The BERT/RoBERTa-style layers whose `output` submodule adds a residual inside its LayerNorm."""
-    layers = getattr(getattr(backbone, "encoder", None), "layer", None)
-    if not isinstance(layers, nn.ModuleList) or not all(
-            isinstance(getattr(layer, "output", None), nn.Module) and hasattr(layer.output, "LayerNorm")
-            for layer in layers):
-        raise UserError(f"method=pals needs a BERT/RoBERTa-style encoder (encoder.layer[i].output.LayerNorm); "
-                        f"{type(backbone).__name__} has none: use backbone=bert_base, roberta_base, minilm or tiny")
-    return layers
-
-
 class PALsModel(EncoderClassifier):
     """Shared backbone and pooler; per task: PALs in every layer and a head."""
 
     def __init__(self, backbone: nn.Module, tasks, cfg: Config):
-        layers = encoder_layers(backbone)
         if problem := size_problem(cfg.hidden_size_aug, cfg.num_heads):
             raise ValueError(problem)  # a run never gets here: config.check ran in the pre-flight
         if getattr(backbone.config, "chunk_size_feed_forward", 0):
             # The hook adds TS(h) for the whole sequence; a chunked feed-forward would see slices.
             raise UserError("method=pals needs the backbone's chunk_size_feed_forward=0")
         super().__init__(backbone, tasks, pooling=cfg.pooling)
-        self.pals = nn.ModuleDict({t.name: TaskPALs(backbone.config.hidden_size, cfg, len(layers)) for t in tasks})
-        # Set by encode() for one call: the routed task, the key-padding mask, TS(h) per layer.
+        depth = adapter.depth(backbone)
+        self.pals = nn.ModuleDict({t.name: TaskPALs(backbone.config.hidden_size, cfg, depth) for t in tasks})
+        # Set by encode() for one call: the routed task, the key-padding mask, the layer calls so far,
+        # TS(h) per layer call.
         self._task: str | None = None
         self._keep: torch.Tensor | None = None
+        self._calls = 0
         self._pending: dict[int, torch.Tensor] = {}
-        # Hooks are partials of bound methods (not closures) so that copy.deepcopy(model) gives a
-        # copy whose backbone hooks route through the copy's PALs, not the original's.
-        for i, layer in enumerate(layers):
-            layer.register_forward_pre_hook(partial(self._before_layer, i), with_kwargs=True)
-            layer.output.register_forward_pre_hook(partial(self._before_output, i), with_kwargs=True)
+        # Bound methods (not closures), so that copy.deepcopy(model) gives a copy whose backbone
+        # hooks route through the copy's PALs, not the original's.
+        adapter.hook_residual_term(backbone, self._before_layer, self._take)
 
-    def _before_layer(self, i: int, layer, args, kwargs):
+    def _before_layer(self, layer, h):
         if getattr(layer, "gradient_checkpointing", False) and layer.training:
             # Its recomputation in backward would run after encode() has cleared the routed task.
             raise RuntimeError("method=pals does not support gradient checkpointing")
+        i, self._calls = self._calls, self._calls + 1
         if self._task is not None:
-            h = args[0] if args else kwargs["hidden_states"]
             self._pending[i] = self.pals[self._task](i, h, self._keep)
 
-    def _before_output(self, i: int, _module, args, kwargs):
-        ts = self._pending.pop(i, None)
-        if ts is None:
-            return None
-        if len(args) >= 2:  # forward(hidden_states, input_tensor), as BertLayer calls it
-            return (args[0], args[1] + ts, *args[2:]), kwargs
-        return args, {**kwargs, "input_tensor": kwargs["input_tensor"] + ts}
+    def _take(self):
+        return self._pending.pop(self._calls - 1, None)
 
     def new_parameters(self) -> list[nn.Parameter]:
         """Every task's PALs (they hook into the backbone but live here) and the heads."""
@@ -134,17 +120,18 @@ class PALsModel(EncoderClassifier):
         if task not in self.pals:
             raise KeyError(f"task {task!r} has no PALs; this model has {', '.join(self.pals)}")
         keep = None if attention_mask is None else attention_mask[:, None, None, :].bool()
-        self._task, self._keep = task, keep
+        self._task, self._keep, self._calls = task, keep, 0
         try:
             pooled = super().encode(task, input_ids, attention_mask, token_type_ids)
             if self._pending:
                 # A layer computed TS(h) but never called its `output` submodule: the wrapped
                 # transformers version changed how a layer calls its sublayers.
                 raise RuntimeError(f"PALs of layers {sorted(self._pending)} were never added: "
-                                   f"{type(self.backbone).__name__} layers no longer call layer.output")
+                                   f"{type(self.backbone).__name__} layers no longer call the submodule "
+                                   "the backbone adapter hooks")
             return pooled
         finally:
-            self._task, self._keep = None, None
+            self._task, self._keep, self._calls = None, None, 0
             self._pending.clear()
 
 

@@ -16,13 +16,11 @@ low_rank, for task t and layer l with input h (the authors' BERTLowRank, `config
   a separate Linear(d -> r) / Linear(r -> d) pair per task and layer, r = method.low_rank_size
   (the paper: 100), added inside the output LayerNorm exactly where PALs add theirs.
 
-The backbone stays untouched: low_rank hooks into each layer as PALs do (a pre-hook on the layer
-reads h, one on layer.output adds the term); top_pal only rereads the last hidden state. This file
-reaches the layers on its own (encoder.layer[i].output) so that it does not depend on PALsModel.
+The backbone stays untouched: low_rank hooks into each layer as PALs do (the adapter's
+hook_residual_term: read h before the layer, add the term where the family takes it); top_pal only rereads the last hidden state. This file
+reaches the layers through the backbone adapter (deepen_run/model/adapter.py), as PALs do.
 """
 from __future__ import annotations
-
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +28,7 @@ from torch import nn
 
 from deepen_run.errors import UserError
 from deepen_run.methods.pals.config import Config, Variant, variant_problem
+from deepen_run.model import adapter
 from deepen_run.model.heads import EncoderClassifier, pool
 
 
@@ -106,15 +105,6 @@ def low_rank_params_per_task(hidden: int, rank: int, num_layers: int) -> int:
     return num_layers * ((hidden * rank + rank) + (rank * hidden + hidden))
 
 
-def _layers(backbone: nn.Module) -> nn.ModuleList:
-    layers = getattr(getattr(backbone, "encoder", None), "layer", None)
-    if not isinstance(layers, nn.ModuleList) or not all(
-            hasattr(getattr(layer, "output", None), "LayerNorm") for layer in layers):
-        raise UserError(f"method=pals method.variant=low_rank needs a BERT/RoBERTa-style encoder "
-                        f"(encoder.layer[i].output.LayerNorm); {type(backbone).__name__} has none")
-    return layers
-
-
 class TopPALModel(EncoderClassifier):
     """Shared backbone; per task: Top Proj. Attn. over its last hidden state, then the shared pooler and a head."""
 
@@ -140,34 +130,28 @@ class LowRankModel(EncoderClassifier):
     """Shared backbone and pooler; per task: a low-rank transform of each layer's input, added in its output LayerNorm."""
 
     def __init__(self, backbone: nn.Module, tasks, cfg: Config):
-        layers = _layers(backbone)
         if getattr(backbone.config, "chunk_size_feed_forward", 0):
             raise UserError("method=pals needs the backbone's chunk_size_feed_forward=0")
         super().__init__(backbone, tasks, pooling=cfg.pooling)
-        hidden = backbone.config.hidden_size
-        self.low_rank = nn.ModuleDict({t.name: nn.ModuleList(LowRank(hidden, cfg.low_rank_size) for _ in layers)
+        hidden, depth = backbone.config.hidden_size, adapter.depth(backbone)
+        self.low_rank = nn.ModuleDict({t.name: nn.ModuleList(LowRank(hidden, cfg.low_rank_size) for _ in range(depth))
                                        for t in tasks})
         _init(self.low_rank, cfg.init_std)
         self._task: str | None = None  # set by encode() for one call
+        self._calls = 0  # layer calls so far in this forward
         self._pending: dict[int, torch.Tensor] = {}
-        # Partials of bound methods (not closures): a deepcopy's hooks route through the copy.
-        for i, layer in enumerate(layers):
-            layer.register_forward_pre_hook(partial(self._before_layer, i), with_kwargs=True)
-            layer.output.register_forward_pre_hook(partial(self._before_output, i), with_kwargs=True)
+        # Where the term enters is the family's (the adapter's); bound methods, so a deepcopy routes through the copy.
+        adapter.hook_residual_term(backbone, self._before_layer, self._take)
 
-    def _before_layer(self, i: int, layer, args, kwargs):
+    def _before_layer(self, layer, h):
         if getattr(layer, "gradient_checkpointing", False) and layer.training:
             raise RuntimeError("method=pals does not support gradient checkpointing")
+        i, self._calls = self._calls, self._calls + 1
         if self._task is not None:
-            self._pending[i] = self.low_rank[self._task][i](args[0] if args else kwargs["hidden_states"])
+            self._pending[i] = self.low_rank[self._task][i](h)
 
-    def _before_output(self, i: int, _module, args, kwargs):
-        extra = self._pending.pop(i, None)
-        if extra is None:
-            return None
-        if len(args) >= 2:  # forward(hidden_states, input_tensor), as BertLayer calls it
-            return (args[0], args[1] + extra, *args[2:]), kwargs
-        return args, {**kwargs, "input_tensor": kwargs["input_tensor"] + extra}
+    def _take(self):
+        return self._pending.pop(self._calls - 1, None)
 
     def new_parameters(self) -> list[nn.Parameter]:
         return [*self.low_rank.parameters(), *super().new_parameters()]
@@ -175,12 +159,12 @@ class LowRankModel(EncoderClassifier):
     def encode(self, task: str, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
         if task not in self.low_rank:
             raise KeyError(f"task {task!r} has no low-rank layers; this model has {', '.join(self.low_rank)}")
-        self._task = task
+        self._task, self._calls = task, 0
         try:
             pooled = super().encode(task, input_ids, attention_mask, token_type_ids)
             if self._pending:
                 raise RuntimeError(f"low-rank terms of layers {sorted(self._pending)} were never added: "
-                                   f"{type(self.backbone).__name__} layers no longer call layer.output")
+                                   f"{type(self.backbone).__name__} no longer calls where the adapter hooks")
             return pooled
         finally:
             self._task = None
