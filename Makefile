@@ -19,11 +19,11 @@ $(BIN)/deepen-run: pyproject.toml
 
 install: $(BIN)/deepen-run
 
-# Everything, what CI runs (its time: docs/development.md); the slowest tests are listed at the end.
-# One process: the sweep tests that stop jobs mid-training need the cores to themselves (beside
-# other tests, two jobs logging to one SQLite store timed out on its lock: "database is locked").
+# Everything, what CI runs; the slowest tests are listed at the end. One test process a core
+# (pytest-xdist): a Ctrl-C'd sweep's launcher no longer waits inside its signal handler, so the sweep
+# tests hold beside other tests (docs/reliability.md); timing: docs/development.md.
 test: install
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q -n auto --dist worksteal --durations=15
 
 # The development loop: unit contracts on the tiny random BERT, no end-to-end or slow runs; one test
 # process a core (pytest-xdist; worksteal hands out the longer tests early).

@@ -94,3 +94,15 @@ def token_batch(B=3, T=9) -> dict:
     mask = torch.ones(B, T, dtype=torch.long)
     mask[0, 5:] = 0
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerator_state():
+    """Accelerate keeps one process-wide state, fixed by the first Accelerator: an in-process run at
+    one precision (bf16 by default on a CPU with AMX) would refuse the next test's other precision.
+    Each test starts from a fresh state, as each `deepen-run` process does (accelerate's own test
+    case resets it the same way)."""
+    yield
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)

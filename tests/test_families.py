@@ -48,9 +48,10 @@ def load(cfg, seed: int = 0):
 
 
 def run_in_process(cfg, mlflow_uri):
+    from deepen_run.run.preflight import check
     from deepen_run.run.runner import run
 
-    run(cfg)
+    run(cfg, check(cfg))
     _, runs = runs_of(mlflow_uri)
     return runs[-1]
 

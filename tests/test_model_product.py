@@ -205,7 +205,8 @@ def tiny_bundle(folder: Path, *overrides: str) -> Path:
 @pytest.mark.parametrize("overrides,plain", [
     ([], True),
     (["backbone.duplicate_layers=[0,1]"], True),
-    (["backbone.model_type=roberta", "backbone.max_position_embeddings=130"], True),
+    # pooling=pooler: RoBERTa's own default (auto) reads <s> through no dense layer, which its head has
+    (["backbone.model_type=roberta", "backbone.max_position_embeddings=130", "method.pooling=pooler"], True),
     (["backbone.duplicate_layers=[1]", "backbone.duplicate_init=gated"], False),  # a gate: no HF slot
     (["method.pooling=mean"], False),
 ])
@@ -218,8 +219,10 @@ def test_a_plain_classifier_exports_to_transformers_with_the_same_logits(tmp_pat
     src = tiny_bundle(tmp_path / "model", *overrides)
     dest, hf_class = export(src, tmp_path / "export")
     texts = dev_rows(glue_dir, TASKS["sst2"])[:32]
-    ours, _ = deepen_run.load(dest, device="cpu").forward(texts)
-    original, _ = deepen_run.load(src, device="cpu").forward(texts)
+    ours_m, original_m = deepen_run.load(dest, device="cpu"), deepen_run.load(src, device="cpu")
+    ours_m.precision = original_m.precision = "no"  # full fp32, as transformers computes
+    ours, _ = ours_m.forward(texts)
+    original, _ = original_m.forward(texts)
     assert torch.allclose(ours, original, atol=1e-6, rtol=0)
     card = (dest / "README.md").read_text()
     if not plain:

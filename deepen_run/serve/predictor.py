@@ -71,6 +71,12 @@ class TrainedModel:
         self.model, self.tokenizer, self.cfg, self.info, self.folder = model.to(self.device), tokenizer, cfg, info, folder
         self.tasks = {t.name: t for t in tasks}
         self.heads = model.heads
+        from deepen_run.run.fast import resolve_precision
+
+        # The run's own precision (its evaluation ran under Accelerate's autocast), so a dev set through
+        # predict() gives the run's predictions/<task>.tsv exactly; "no" = full fp32, what an export
+        # to transformers computes.
+        self.precision = resolve_precision(str(cfg.train.get("mixed_precision", "no")))
 
     def __repr__(self) -> str:
         return (f"TrainedModel({self.info.get('method')} on {self.info.get('backbone')}, tasks "
@@ -94,8 +100,10 @@ class TrainedModel:
                          spec.name)
         loader = gd.eval_loader(ds, self.tokenizer, batch_size or self.cfg.train.eval_batch_size)
         logits, extras = [], {}
+        half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
         for batch in loader:
-            out = self.model(spec.name, **{k: batch[k].to(self.device) for k in INPUTS if k in batch})
+            with torch.autocast(self.device.type, dtype=half or torch.bfloat16, enabled=half is not None):
+                out = self.model(spec.name, **{k: batch[k].to(self.device) for k in INPUTS if k in batch})
             logits.append(out.logits.float().cpu())
             for k, v in out.extras.items():
                 extras.setdefault(k, []).append(v.float().cpu())

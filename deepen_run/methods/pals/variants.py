@@ -22,6 +22,8 @@ reaches the layers through the backbone adapter (deepen_run/model/adapter.py), a
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -171,7 +173,7 @@ class LowRankModel(EncoderClassifier):
             self._pending.clear()
 
 
-MODELS = {Variant.top_pal: TopPALModel, Variant.low_rank: LowRankModel}
+MODELS = MappingProxyType({Variant.top_pal: TopPALModel, Variant.low_rank: LowRankModel})
 
 
 def build(backbone, cfg: Config, tasks):
