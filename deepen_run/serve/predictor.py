@@ -71,7 +71,7 @@ class TrainedModel:
         self.model, self.tokenizer, self.cfg, self.info, self.folder = model.to(self.device), tokenizer, cfg, info, folder
         self.tasks = {t.name: t for t in tasks}
         self.heads = model.heads
-        from deepen_run.run.fast import resolve_precision
+        from deepen_run.precision import resolve_precision
 
         # The run's own precision (its evaluation ran under Accelerate's autocast), so a dev set through
         # predict() gives the run's predictions/<task>.tsv exactly; "no" = full fp32, what an export

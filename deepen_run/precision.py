@@ -1,0 +1,48 @@
+"""Which precision a run computes in: train.mixed_precision=auto -> bf16 where the hardware runs bf16
+matmuls natively, else fp32 (docs/performance.md). Used by the run (deepen_run/run/fast.py) and by
+deepen_run.load, which predicts at the precision its run evaluated in."""
+from __future__ import annotations
+
+import torch
+
+
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 matmuls (oneDNN uses them)
+
+
+def choose_precision(value: str, cuda_bf16: bool, cpu_flags: set[str]) -> tuple[str, str]:
+    """-> (Accelerate's mixed_precision, why). auto = bf16 on a bf16 GPU or on a CPU whose flags show
+    native bf16 matmuls (AMX or AVX-512 BF16; there bf16 autocast trains ~1.5x faster), else fp32
+    ("no"): without them CPU bf16 is emulated and slower than fp32. Pure, for the test."""
+    if value != "auto":
+        return str(value), "set by train.mixed_precision"
+    if cuda_bf16:
+        return "bf16", "auto: the GPU supports bf16"
+    native = [f for f in CPU_BF16_FLAGS if f in cpu_flags]
+    if native:
+        return "bf16", f"auto: CPU with {' and '.join(native)}"
+    return "no", "auto: no bf16 GPU, and no amx_bf16 / avx512_bf16 CPU flag"
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags (Linux x86); empty where the file or its flags line is missing.
+    torch.backends.cpu.get_cpu_capability() says only "AVX512", not whether bf16 is native."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def precision_choice(value: str) -> tuple[str, str]:
+    """choose_precision on this machine: -> (precision, reason). With several processes on a GPU
+    machine, every rank asks the same question of the same hardware, so all agree."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return choose_precision(value, cuda, set() if cuda else cpu_flags())
+
+
+def resolve_precision(value: str) -> str:
+    """Accelerate's mixed_precision for train.mixed_precision (one of config.choices.Precision)."""
+    return precision_choice(value)[0]
