@@ -95,7 +95,9 @@ def main() -> None:
         args = TrainingArguments(output_dir=out, max_steps=a.steps, per_device_train_batch_size=a.batch_size,
                                  per_device_eval_batch_size=128, learning_rate=a.lr, warmup_steps=round(0.1 * a.steps),
                                  weight_decay=0.01, lr_scheduler_type="linear", seed=a.seed, save_strategy="no",
-                                 eval_strategy="no", logging_steps=50, report_to="none", bf16=a.bf16)
+                                 eval_strategy="no", logging_steps=50, report_to="none", bf16=a.bf16,
+                                 # without a GPU the Trainer takes bf16=True only when told it runs on the CPU
+                                 use_cpu=a.bf16 and not torch.cuda.is_available())
         trainer = SameBatches(model=model, args=args, train_dataset=data["train"], eval_dataset=data["validation"],
                           data_collator=DataCollatorWithPadding(tok), callbacks=[Marks()],
                           compute_metrics=lambda ev: metric.compute(predictions=np.argmax(ev.predictions, -1),
