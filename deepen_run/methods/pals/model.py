@@ -13,7 +13,7 @@ names, save_pretrained and from_pretrained stay untouched:
     input_tensor); pre-LN families (ModernBERT): add it to the layer's output, a parallel residual term
     H_l = x + attn + mlp + TS(x) (ours: the paper's backbone has no pre-LN block; docs/methods.md).
 Layer l is the l-th layer call of a forward, so a shared layer (ALBERT) gets a PAL per depth.
-The active task and the padding mask are set by PALsModel.encode (called by forward) for the
+The active task and the padding mask are set by encode (terms.py, LayerTerms; called by forward) for the
 duration of one call: state of this model instance, nothing global. Outside such a call the
 backbone runs as it is.
 """
@@ -24,10 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from deepen_run.errors import UserError
 from deepen_run.methods.pals.config import Config, check, size_problem  # noqa: F401 (the method's contract)
 from deepen_run.model import adapter
-from deepen_run.model.heads import EncoderClassifier
+from deepen_run.methods.pals.terms import LayerTerms
 
 
 class ProjectedAttention(nn.Module):
@@ -79,60 +78,24 @@ def pal_params_per_task(hidden: int, aug: int, num_layers: int) -> int:
     return (hidden * aug + aug) + (aug * hidden + hidden) + num_layers * 3 * (aug * aug + aug)
 
 
-class PALsModel(EncoderClassifier):
-    """Shared backbone and pooler; per task: PALs in every layer and a head."""
+class PALsModel(LayerTerms):
+    """Per task: PALs in every layer and a head."""
+
+    kind = "PALs"
 
     def __init__(self, backbone: nn.Module, tasks, cfg: Config):
         if problem := size_problem(cfg.hidden_size_aug, cfg.num_heads):
             raise ValueError(problem)  # a run never gets here: config.check ran in the pre-flight
-        if getattr(backbone.config, "chunk_size_feed_forward", 0):
-            # The hook adds TS(h) for the whole sequence; a chunked feed-forward would see slices.
-            raise UserError("method=pals needs the backbone's chunk_size_feed_forward=0")
-        super().__init__(backbone, tasks, pooling=cfg.pooling)
+        super().__init__(backbone, tasks, cfg.pooling)
         depth = adapter.depth(backbone)
         self.pals = nn.ModuleDict({t.name: TaskPALs(backbone.config.hidden_size, cfg, depth) for t in tasks})
-        # Set by encode() for one call: the routed task, the key-padding mask, the layer calls so far,
-        # TS(h) per layer call.
-        self._task: str | None = None
-        self._keep: torch.Tensor | None = None
-        self._calls = 0
-        self._pending: dict[int, torch.Tensor] = {}
-        # Bound methods (not closures), so that copy.deepcopy(model) gives a copy whose backbone
-        # hooks route through the copy's PALs, not the original's.
-        adapter.hook_residual_term(backbone, self._before_layer, self._take)
 
-    def _before_layer(self, layer, h):
-        if getattr(layer, "gradient_checkpointing", False) and layer.training:
-            # Its recomputation in backward would run after encode() has cleared the routed task.
-            raise RuntimeError("method=pals does not support gradient checkpointing")
-        i, self._calls = self._calls, self._calls + 1
-        if self._task is not None:
-            self._pending[i] = self.pals[self._task](i, h, self._keep)
+    @property
+    def terms(self) -> nn.ModuleDict:
+        return self.pals
 
-    def _take(self):
-        return self._pending.pop(self._calls - 1, None)
-
-    def new_parameters(self) -> list[nn.Parameter]:
-        """Every task's PALs (they hook into the backbone but live here) and the heads."""
-        return [*self.pals.parameters(), *super().new_parameters()]
-
-    def encode(self, task: str, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        if task not in self.pals:
-            raise KeyError(f"task {task!r} has no PALs; this model has {', '.join(self.pals)}")
-        keep = None if attention_mask is None else attention_mask[:, None, None, :].bool()
-        self._task, self._keep, self._calls = task, keep, 0
-        try:
-            pooled = super().encode(task, input_ids, attention_mask, token_type_ids)
-            if self._pending:
-                # A layer computed TS(h) but never called its `output` submodule: the wrapped
-                # transformers version changed how a layer calls its sublayers.
-                raise RuntimeError(f"PALs of layers {sorted(self._pending)} were never added: "
-                                   f"{type(self.backbone).__name__} layers no longer call the submodule "
-                                   "the backbone adapter hooks")
-            return pooled
-        finally:
-            self._task, self._keep, self._calls = None, None, 0
-            self._pending.clear()
+    def term(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        return self.pals[self._task](i, h, self._keep)
 
 
 def build(backbone, cfg: Config, tasks):

@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from deepen_run.errors import UserError
 from deepen_run.methods.pals.config import Config, Variant, variant_problem
 from deepen_run.model import adapter
+from deepen_run.methods.pals.terms import LayerTerms
 from deepen_run.model.heads import EncoderClassifier, pool
 
 
@@ -128,49 +128,24 @@ class TopPALModel(EncoderClassifier):
         return pool(h, attention_mask, self.pooling)
 
 
-class LowRankModel(EncoderClassifier):
-    """Shared backbone and pooler; per task: a low-rank transform of each layer's input, added in its output LayerNorm."""
+class LowRankModel(LayerTerms):
+    """Per task: a low-rank transform of each layer's input, added in its output LayerNorm (where PALs add theirs)."""
+
+    kind = "low-rank terms"
 
     def __init__(self, backbone: nn.Module, tasks, cfg: Config):
-        if getattr(backbone.config, "chunk_size_feed_forward", 0):
-            raise UserError("method=pals needs the backbone's chunk_size_feed_forward=0")
-        super().__init__(backbone, tasks, pooling=cfg.pooling)
+        super().__init__(backbone, tasks, cfg.pooling)
         hidden, depth = backbone.config.hidden_size, adapter.depth(backbone)
         self.low_rank = nn.ModuleDict({t.name: nn.ModuleList(LowRank(hidden, cfg.low_rank_size) for _ in range(depth))
                                        for t in tasks})
         _init(self.low_rank, cfg.init_std)
-        self._task: str | None = None  # set by encode() for one call
-        self._calls = 0  # layer calls so far in this forward
-        self._pending: dict[int, torch.Tensor] = {}
-        # Where the term enters is the family's (the adapter's); bound methods, so a deepcopy routes through the copy.
-        adapter.hook_residual_term(backbone, self._before_layer, self._take)
 
-    def _before_layer(self, layer, h):
-        if getattr(layer, "gradient_checkpointing", False) and layer.training:
-            raise RuntimeError("method=pals does not support gradient checkpointing")
-        i, self._calls = self._calls, self._calls + 1
-        if self._task is not None:
-            self._pending[i] = self.low_rank[self._task][i](h)
+    @property
+    def terms(self) -> nn.ModuleDict:
+        return self.low_rank
 
-    def _take(self):
-        return self._pending.pop(self._calls - 1, None)
-
-    def new_parameters(self) -> list[nn.Parameter]:
-        return [*self.low_rank.parameters(), *super().new_parameters()]
-
-    def encode(self, task: str, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        if task not in self.low_rank:
-            raise KeyError(f"task {task!r} has no low-rank layers; this model has {', '.join(self.low_rank)}")
-        self._task, self._calls = task, 0
-        try:
-            pooled = super().encode(task, input_ids, attention_mask, token_type_ids)
-            if self._pending:
-                raise RuntimeError(f"low-rank terms of layers {sorted(self._pending)} were never added: "
-                                   f"{type(self.backbone).__name__} no longer calls where the adapter hooks")
-            return pooled
-        finally:
-            self._task = None
-            self._pending.clear()
+    def term(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        return self.low_rank[self._task][i](h)
 
 
 MODELS = MappingProxyType({Variant.top_pal: TopPALModel, Variant.low_rank: LowRankModel})
