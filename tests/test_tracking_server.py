@@ -1,6 +1,7 @@
 """A real `mlflow server` as the store: a sweep whose first job has bad input and whose second writes
 GLUE test-server files. Checks the HTTP store, a failing job, and submissions in one sweep (each
 CLI process costs seconds here)."""
+import os
 import socket
 import subprocess
 import sys
@@ -22,7 +23,9 @@ def mlflow_server(tmp_path):
     proc = subprocess.Popen([str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
                              "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
                              "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"))
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"),
+                            # its GenAI job runner (a pool of worker processes) serves nothing here
+                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + HANG  # bounds a hang only: a loaded machine starts it slowly

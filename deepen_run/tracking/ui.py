@@ -92,7 +92,10 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
            "--cors-allowed-origins", ",".join(f"http://{h}" for h in hosts)]
     # Its own process group, so stop() reaches mlflow's server workers too; SIGTERM (kill, make's
     # forwarding of it, a job scheduler) stops it as Ctrl-C does.
-    proc = subprocess.Popen(cmd, start_new_session=True)
+    # MLflow 3's server job runner (background jobs of its GenAI features, a pool of huey worker processes)
+    # serves nothing this UI shows: off unless the user turns it on, so the UI starts and idles lighter.
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    proc = subprocess.Popen(cmd, start_new_session=True, env=env)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         while proc.poll() is None:
