@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Callable, Optional
 from urllib.parse import unquote, urlparse
 
-from mlflow.entities import DatasetInput, InputTag, LoggedModelOutput, LoggedModelStatus, Metric
+from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelOutput, LoggedModelStatus, Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -159,16 +158,11 @@ def register(uri: str, run_id: str, name: str, alias: str = "champion") -> tuple
 
 
 def dataset_input(name: str, context: str, path: Path, digest: str) -> DatasetInput:
-    """A GLUE file as MLflow dataset input: its path as the source, data/fingerprint.py's SHA-256
-    (its first 32 hex digits: MLflow's digest column holds 36 characters) as the digest."""
-    from mlflow.data.dataset_source_registry import resolve_dataset_source
-    from mlflow.data.meta_dataset import MetaDataset
-
-    with warnings.catch_warnings():  # two registered local sources read a path alike; MLflow warns and takes one
-        warnings.simplefilter("ignore", UserWarning)
-        source = resolve_dataset_source(str(path))
-    ds = MetaDataset(source, name=name, digest=short_digest(digest))
-    return DatasetInput(ds._to_mlflow_entity(), tags=[InputTag(CONTEXT, context)])
+    """A GLUE file as MLflow dataset input: a local source (its path), data/fingerprint.py's SHA-256
+    (its first 32 hex digits: MLflow's digest column holds 36 characters) as the digest. The entity
+    is built directly, as MLflow's local dataset source writes it ({"uri": path})."""
+    ds = Dataset(name=name, digest=short_digest(digest), source_type="local", source=json.dumps({"uri": str(path)}))
+    return DatasetInput(ds, tags=[InputTag(CONTEXT, context)])
 
 
 def short_digest(digest: str) -> str:
@@ -177,9 +171,19 @@ def short_digest(digest: str) -> str:
     return digest.split(":")[-1][:32]
 
 
-def log_datasets(tracker, inputs: list[DatasetInput]) -> None:
-    if tracker.enabled and tracker.run_id and inputs:
-        tracker.client.log_inputs(tracker.run_id, datasets=inputs)
+def log_datasets(tracker, inputs: list[DatasetInput], tries: int = 5) -> None:
+    """Link the run to its dataset inputs. The parallel jobs of a sweep log the same GLUE files at
+    the same moment: MLflow's SQL store looks up which datasets the experiment has, then inserts the
+    others, so the later of two jobs hits the table's UNIQUE constraint and its whole write is rolled
+    back. Tried again, it finds them there and only links them to its run."""
+    if not (tracker.enabled and tracker.run_id and inputs):
+        return
+    for attempt in range(tries):
+        try:
+            return tracker.client.log_inputs(tracker.run_id, datasets=inputs)
+        except MlflowException as e:
+            if "UNIQUE constraint failed: datasets" not in str(e) or attempt == tries - 1:
+                raise
 
 
 class SystemMetrics:
