@@ -28,13 +28,17 @@ def arm_sweep(tmp_path_factory, glue_dir):
     return uri, r
 
 
+def parent_and_children(uri: str):
+    client, runs = runs_of(uri)
+    parent = next(x for x in runs if x.data.tags["sweep_role"] == "parent")
+    return client, parent, [x for x in runs if x.data.tags["sweep_role"] == "child"]
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_baseline_beside_two_hire_settings_is_one_sweep_of_six_runs(arm_sweep, capsys):
     uri, _ = arm_sweep
-    _, runs = runs_of(uri)
-    parent = next(r for r in runs if r.data.tags["sweep_role"] == "parent")
-    children = [r for r in runs if r.data.tags["sweep_role"] == "child"]
+    _, parent, children = parent_and_children(uri)
     assert len(children) == 6  # the baseline once per seed, not once per HIRE setting
     report.main(["--uri", uri, "--sweep-id", parent.data.tags["sweep_id"]])
     md = capsys.readouterr().out
@@ -50,9 +54,7 @@ def test_a_baseline_beside_two_hire_settings_is_one_sweep_of_six_runs(arm_sweep,
 @pytest.mark.subprocess
 def test_the_parent_answers_the_sweep(arm_sweep, capsys):
     uri, r = arm_sweep
-    client, runs = runs_of(uri)
-    parent = next(x for x in runs if x.data.tags["sweep_role"] == "parent")
-    children = [x for x in runs if x.data.tags["sweep_role"] == "child"]
+    client, parent, children = parent_and_children(uri)
     # The name says what was swept; the children's names start with their swept values.
     assert parent.info.run_name == "tiny rte | arm=baseline,hire_g1,hire_g2 × seed=1,2"
     for c in children:
