@@ -23,7 +23,8 @@ from omegaconf import OmegaConf
 
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.errors import UserError
-from deepen_run.sweep.jobs import SWEEP_FILE, read_outcomes, write_json
+from deepen_run.sweep.jobs import SWEEP_FILE
+from deepen_run.sweep.outcomes import read_outcomes, write_json
 
 
 def count_jobs(config) -> Optional[int]:

@@ -74,7 +74,7 @@ class Counts:
     def with_checkpoint(self, sweep_dir: Path) -> int:
         """Of the killed jobs, how many left a checkpoint to continue from (the rest start again)."""
         from deepen_run.run.checkpoint import latest
-        from deepen_run.sweep.jobs import read_starts
+        from deepen_run.sweep.outcomes import read_starts
 
         homes = {k: Path(s.get("home") or sweep_dir / str(k)) for k, s in read_starts(sweep_dir).items()}
         killed = self._with("KILLED") + sorted(self.unended)

@@ -26,68 +26,10 @@ from hydra.types import RunMode
 from deepen_run.errors import UserError
 from deepen_run.run.lifecycle import Interrupted, SignalGuard
 from deepen_run.run.rundir import JOBS_DIR, SWEEP_FILE  # noqa: F401 (the sweep modules' names for them)
+from deepen_run.sweep.outcomes import write_json
 from deepen_run.util import first_line as _one_line
 
 STOP_FILE = "STOP"  # written by a launcher stopped by a signal: jobs not started yet do not start
-
-
-def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)  # atomic: the watcher never reads half a file
-
-
-def read_outcomes(sweep_dir: Path) -> dict[int, dict]:
-    """How each ended job ended: job number -> its outcome file."""
-    return _read(sweep_dir, ".json")
-
-
-def read_starts(sweep_dir: Path) -> dict[int, dict]:
-    """The jobs that started (in this attempt): job number -> overrides and pid."""
-    return _read(sweep_dir, ".start.json")
-
-
-def _read(sweep_dir: Path, suffix: str) -> dict[int, dict]:
-    out = {}
-    for f in (sweep_dir / JOBS_DIR).glob(f"*{suffix}"):
-        stem = f.name[:-len(suffix)]
-        if stem.isdigit():
-            out[int(stem)] = json.loads(f.read_text())
-    return out
-
-
-def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts=None) -> None:
-    """Print '[job k/N] ...' when a job starts and when it ends, whichever process ran it; the parent's
-    counts (counts.log) follow each end."""
-    seen: set[str] = set()
-    total = n if n is not None else "?"
-    while True:
-        done = stop.is_set()
-        ended = False
-        for f in sorted((sweep_dir / JOBS_DIR).glob("*.json"), key=lambda p: p.stat().st_mtime):
-            if f.name in seen:
-                continue
-            seen.add(f.name)
-            num, _, kind = f.name.partition(".")
-            d = json.loads(f.read_text())
-            k = f"[job {int(num) + 1}/{total}]"
-            ended = ended or kind == "json"
-            if kind == "start.json":
-                print(f"{k} started: {' '.join(d['overrides'])}", flush=True)
-            elif d.get("kept"):
-                print(f"{k} kept: {d['name']} FINISHED before  eval/score={d['score']:.4f}", flush=True)
-            elif d["status"] == "FINISHED":
-                print(f"{k} FINISHED {d['name']}  eval/score={d['score']:.4f}  ({d['seconds']:.0f} s)", flush=True)
-            else:
-                print(f"{k} {d['status']} {d['name']}  {d['error']}  ({d['seconds']:.0f} s)", flush=True)
-        if ended and counts is not None and not done:
-            try:
-                counts.update(read_outcomes(sweep_dir)).log()
-            except Exception as e:  # noqa: BLE001 (the store may be what failed; the sweep goes on)
-                print(f"deepen-run: warning: could not update the sweep's counts: {_one_line(e)}", file=sys.stderr)
-        if done:
-            return
-        stop.wait(0.5)
 
 
 def _is_sweep(value: str) -> bool:

@@ -28,7 +28,8 @@ from deepen_run.sweep import summary as sweep_summary
 from deepen_run.run.checkpoint import orphan_note
 from deepen_run.run.lifecycle import SIGNALS, Interrupted, alive, reap_orphans
 from deepen_run.sweep.counts import Counts
-from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE, read_outcomes, read_starts, watch
+from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE
+from deepen_run.sweep.outcomes import read_outcomes, read_starts, watch
 
 GRACE_S = 300  # how long stopped jobs get to save their checkpoint before the parent is closed
 
