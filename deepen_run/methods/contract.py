@@ -33,7 +33,7 @@ class MethodModel(Protocol):
     def new_parameters(self) -> Iterable[Any]:
         """Every parameter this method created (heads included), wherever it sits: inside the
         backbone (an adapter) or outside it. These, and nothing else of the method, train at
-        train.learning_rate x train.new_params_lr_scale (train.optimizer_for); what the backbone
+        train.learning_rate x train.new_params_lr_scale (run/optim.py, optimizer_for); what the backbone
         brought trains at 1x. The runner checks that every parameter not loaded with the backbone
         (nor made by a backbone step) is declared here."""
 

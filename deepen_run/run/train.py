@@ -19,7 +19,6 @@ from types import ModuleType
 from typing import Any, Iterator
 
 import torch
-from transformers import get_scheduler
 
 from deepen_run.model import backbone as bb
 from deepen_run.run import checkpoint as ck
@@ -32,9 +31,9 @@ from deepen_run.run.early_stop import EarlyStop
 from deepen_run.errors import NonFiniteLoss
 from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
-from deepen_run.run.fast import adamw_kwargs, optimizer_impl, run_params
+from deepen_run.run.fast import run_params
 from deepen_run.run.lifecycle import guard
-from deepen_run.run.param_groups import param_groups
+from deepen_run.run.optim import optimizer_for, scheduler_for  # noqa: F401 (part of this module's API)
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
@@ -56,28 +55,6 @@ def long_run_warning(seconds_per_step: float, steps_left: int) -> str | None:
     return (f"deepen-run: this run needs about {h} h {m:02d} min more at {seconds_per_step:.2f} s/step "
             f"({steps_left:,} steps to go, evaluation not counted); to cut it, train on a subset "
             "(data.max_train_samples=2000) or fewer steps (train.max_steps=300)")
-
-
-def optimizer_for(model: torch.nn.Module, tcfg, device_type: str, new_params) -> torch.optim.Optimizer:
-    """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor). Its kernel is
-    train.optimizer_impl (fast.optimizer_impl: auto = fused where torch has one, CUDA and CPU).
-
-    One rule for every method, so a comparison between methods treats their new weights alike:
-    `new_params`, what the method declared it created (contract.MethodModel.new_parameters: heads,
-    HIRE's GRUs, PALs, an adapter inside the backbone) and what the backbone steps created (a gated
-    copy's gate), train at train.new_params_lr_scale x train.learning_rate, wherever they sit;
-    everything else (the pretrained backbone, its pooler, copies of its layers) at 1x. The
-    schedule then scales every group alike. train.layer_decay lowers the pretrained layers' rates
-    with depth (deepen_run/run/param_groups.py).
-    """
-    params = param_groups(model, tcfg, new_params)
-    impl = optimizer_impl(tcfg.get("optimizer_impl", "auto"), device_type)
-    return torch.optim.AdamW(params, lr=tcfg.learning_rate, **adamw_kwargs(impl))
-
-
-def scheduler_for(optimizer, tcfg, total_steps: int):
-    warmup = int(round(tcfg.warmup_ratio * total_steps))
-    return get_scheduler(tcfg.lr_scheduler, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
 
 
 def forever(loader) -> Iterator[dict]:
