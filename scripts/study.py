@@ -221,9 +221,10 @@ def cost_table(study: str) -> list[dict]:
     from hydra import compose, initialize_config_dir
 
     from deepen_run.config.schema import register
+    from deepen_run.methods import schemas
     from deepen_run.sweep.check import job_overrides
 
-    register()  # the methods' schemas, as deepen-run registers them
+    register(schemas())  # the methods' schemas, as deepen-run registers them
     out = []
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         for name, part in STUDIES[study]["parts"].items():
@@ -243,6 +244,8 @@ def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
     env = {}
     if name not in ("pilot", "ablations"):
         rule_file = a.out / "lr_rule.json"
+        if not rule_file.is_file() and a.publish and (a.publish / "lr_rule.json").is_file():
+            rule_file = a.publish / "lr_rule.json"  # the pilot ran in an earlier session: its published rule
         if not rule_file.is_file():
             sys.exit("study: no learning-rate rule yet; run `make study PART=pilot` first")
         env = {LR_ENV[m]: str(s) for m, s in json.loads(rule_file.read_text())["scale"].items() if m in LR_ENV}
@@ -264,9 +267,23 @@ def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
             for preset in part["after_rule"]:
                 sweep(preset, {LR_ENV[m]: str(s) for m, s in rule.items() if m in LR_ENV})
             steps_rule(a.out, a.uri, sweeps, st)
+        publish(a, {f: f for f in ("lr_rule.json", "steps_rule.json")})
         return
     report(a.uri, a.out / name, *what_to_report(name, sweeps, st), st=st)
+    publish(a, {f"{name}/seeds.csv": f"{name}_seeds.csv", f"{name}/report.md": f"{name}_report.md"})
     print(f"study: part {name} took {(time.time() - t0) / 60:.1f} min", flush=True)
+
+
+def publish(a, files: dict[str, str]) -> None:
+    """Copy a finished part's results (out-relative name -> published name) into the repo: the MLflow
+    store stays on the machine that ran it, and a study of several sessions is reported from these."""
+    if not a.publish:
+        return
+    a.publish.mkdir(parents=True, exist_ok=True)
+    for src, dst in files.items():
+        if (a.out / src).is_file():
+            (a.publish / dst).write_bytes((a.out / src).read_bytes())
+            print(f"study: published {a.publish / dst}", flush=True)
 
 
 def main() -> None:
@@ -283,6 +300,8 @@ def main() -> None:
     p.add_argument("--cost", action="store_true", help="print each part's jobs and estimated minutes and exit")
     p.add_argument("--draw-layers", type=int, metavar="K", help="print the random K-layer draw and exit")
     p.add_argument("--layer-seed", type=int, default=1)
+    p.add_argument("--publish", type=Path, help="where each part's rule files, per-seed CSV and report are copied "
+                   "(default for --study s3: docs/results/s3; none with --smoke)")
     a, extra = p.parse_known_args()
     if a.draw_layers:
         print(draw_layers(a.draw_layers, a.layer_seed))
@@ -300,6 +319,8 @@ def main() -> None:
         return
     a.out = a.out or ROOT / "outputs" / ("study-floor" if a.study == "floor" else "study-s3")
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.publish is None and a.study == "s3" and not a.smoke:
+        a.publish = ROOT / "docs" / "results" / "s3"
     sweeps = json.loads((a.out / "sweeps.json").read_text()) if (a.out / "sweeps.json").is_file() else {}
     if a.command:  # the report's deepen-report command with this study's sweep ids, to run by hand
         ids, contrasts, own, secondary = what_to_report(a.part or "all", sweeps, st)

@@ -144,9 +144,11 @@ def test_the_study_parts_cover_every_preset_and_stay_under_90_minutes():
     spec.loader.exec_module(study)
     s3 = study.STUDIES["s3"]
     assert {p for part in s3["parts"].values() for p in part["presets"] + part.get("after_rule", [])} == set(S3)
-    # The cost model of `study.py --study s3 --cost` (docs/study.md's table), over every job.
+    # The cost model of `study.py --study s3 --cost` (docs/study.md's table), over every job, as --cost
+    # enumerates them.
     minutes = {name: sum(study.job_seconds(c) for p in part["presets"] + part.get("after_rule", [])
                          for c in grid(p)) / 60 for name, part in s3["parts"].items()}
+    assert {r["part"]: r["minutes"] for r in study.cost_table("s3")} == {n: round(m) for n, m in minutes.items()}
     assert all(m <= 90 for m in minutes.values()), minutes
     assert sum(minutes.values()) <= 8 * 60
     assert set(s3["family"]) == {c for part in s3["parts"].values() for c in part.get("contrasts", [])}
