@@ -259,15 +259,23 @@ def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
         sweeps[preset] = json.loads((sweep_dir / "deepen_sweep.json").read_text())["sweep_id"]
         (a.out / "sweeps.json").write_text(json.dumps(sweeps, indent=1))
 
-    for preset in part["presets"]:
+    # A pilot whose learning-rate rule an earlier session published goes on with the step-count pilot
+    # (the MLflow store of those runs stayed on that machine); delete the published file to rerun it.
+    ruled = name == "pilot" and a.publish is not None and (a.publish / "lr_rule.json").is_file()
+    for preset in [] if ruled else part["presets"]:
         sweep(preset, env)
     if name == "pilot":
-        rule = lr_rule(a.out, a.uri, sweeps, st)
+        if ruled:
+            rule = json.loads((a.publish / "lr_rule.json").read_text())["scale"]
+            print(f"study: the learning-rate rule published in {a.publish / 'lr_rule.json'}: {rule}", flush=True)
+        else:
+            rule = lr_rule(a.out, a.uri, sweeps, st)
+            publish(a, {"lr_rule.json": "lr_rule.json"})
         if part.get("after_rule"):
             for preset in part["after_rule"]:
                 sweep(preset, {LR_ENV[m]: str(s) for m, s in rule.items() if m in LR_ENV})
             steps_rule(a.out, a.uri, sweeps, st)
-        publish(a, {f: f for f in ("lr_rule.json", "steps_rule.json")})
+            publish(a, {"steps_rule.json": "steps_rule.json"})
         return
     report(a.uri, a.out / name, *what_to_report(name, sweeps, st), st=st)
     publish(a, {f"{name}/seeds.csv": f"{name}_seeds.csv", f"{name}/report.md": f"{name}_report.md"})

@@ -106,3 +106,38 @@ def test_bad_input_names_the_culprit(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         report.main(["--from-csv", str(ROOT / "docs" / "results" / "floor_seeds.csv"), "--uri", "sqlite:///x.db"])
     assert e.value.code == 2 and "--from-csv reads no MLflow store: drop --uri" in capsys.readouterr().err
+
+
+def test_a_study_published_in_parts_joins_into_the_table_of_one_file(tmp_path, capsys):
+    """Study III publishes one per-seed CSV a part (docs/results/s3/<part>_seeds.csv): several --from-csv
+    files merge rows with equal settings, so the parts' table equals the table of one file; a task and
+    seed given twice is refused in one line."""
+    import csv
+
+    src = ROOT / "docs" / "results" / "floor_seeds.csv"
+    with src.open(newline="") as f:
+        lines = list(csv.DictReader(f))
+    head = list(lines[0])
+    # Part A: rows 1-8 and seeds 1-3 of rows 9-12; part B: seeds 4-5 of rows 9-12, renumbered from 1.
+    a = [x for x in lines if int(x["row"]) <= 8 or int(x["seed"]) <= 3]
+    b = [x | {"row": str(int(x["row"]) - 8)} for x in lines if int(x["row"]) > 8 and int(x["seed"]) > 3]
+    for path, part in ((tmp_path / "a.csv", a), (tmp_path / "b.csv", b)):
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, head)
+            w.writeheader()
+            w.writerows(part)
+    joined, jkeys = from_csv.load_all([tmp_path / "a.csv", tmp_path / "b.csv"])
+    whole, wkeys = from_csv.load(src)
+    assert jkeys == wkeys and [r["per_seed"] for r in joined] == [r["per_seed"] for r in whole]
+    assert [r["id"] for r in joined] == list(range(1, 13))
+
+    def table(*files):
+        report.main([x for p in files for x in ("--from-csv", str(p))] + ["--baseline", "pooling=mean"])
+        return capsys.readouterr().out
+
+    assert table(tmp_path / "a.csv", tmp_path / "b.csv") == table(src)
+    with pytest.raises(SystemExit) as e:
+        table(src, tmp_path / "b.csv")
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith(f"deepen-report: error: {tmp_path / 'b.csv'}: row ") \
+        and "seed 4 is also in an earlier --from-csv file" in err and "\n" not in err

@@ -82,3 +82,27 @@ def load(seeds: Path, sizes: Path | None = None) -> tuple[list[dict], list[tuple
     for r, k in zip(out, keys):
         r["config"] = dict(k)
     return out, keys
+
+
+def load_all(seeds: list[Path], sizes: Path | None = None) -> tuple[list[dict], list[tuple]]:
+    """Several per-seed CSVs as one table: a study run in parts, each part's report published on its own
+    (docs/results/s3/<part>_seeds.csv). Rows with the same settings are one row, numbered in the order
+    they first appear; a task and seed that two files both give is refused, not silently picked."""
+    if len(seeds) == 1:
+        return load(seeds[0], sizes)
+    if sizes is not None:
+        raise UserError("--rows-csv numbers the rows of one --from-csv file; give one --from-csv with it")
+    merged: dict[tuple, dict] = {}
+    for path in seeds:
+        for r, k in zip(*load(path)):
+            into = merged.setdefault(k, r | {"id": len(merged) + 1, "per_seed": {}, "commits": {}})
+            for task, values in r["per_seed"].items():
+                have = into["per_seed"].setdefault(task, {})
+                twice = sorted(set(have) & set(values), key=rc.seed_order)
+                if twice:
+                    raise UserError(f"{path}: row {r['settings']!r}, {task}, seed {twice[0]} is also in an earlier "
+                                    "--from-csv file")
+                into["per_seed"][task] = dict(sorted((have | values).items(), key=lambda kv: rc.seed_order(kv[0])))
+            for c, s in r["commits"].items():
+                into["commits"][c] = sorted(set(into["commits"].get(c, [])) | set(s), key=rc.seed_order)
+    return list(merged.values()), list(merged)

@@ -105,7 +105,7 @@ def csv_table(a) -> dict:
     bad = [f"--{k.replace('_', '-')}" for k in ("uri", "sweep_id", "tag", "log_to_parent") if getattr(a, k)]
     if bad:
         raise UserError(f"--from-csv reads no MLflow store: drop {', '.join(bad)}")
-    rows, keys = from_csv.load(a.from_csv, a.rows_csv)
+    rows, keys = from_csv.load_all(a.from_csv, a.rows_csv)
     tasks = [t for t in TASKS if any(t in r["per_seed"] for r in rows)]
     only = _parse_tasks(a.tasks) if a.tasks else tasks
     for r in rows:
@@ -137,9 +137,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     p = argparse.ArgumentParser(prog="deepen-report", description=_description(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EXAMPLES)
     p.add_argument("--uri", help=f"MLflow tracking URI (default: {default.uri})")
-    p.add_argument("--from-csv", type=Path, metavar="SEEDS_CSV",
+    p.add_argument("--from-csv", type=Path, action="append", metavar="SEEDS_CSV",
                    help="rebuild the rows from a per-seed CSV (--seeds-csv's format, e.g. docs/results/floor_seeds.csv) "
-                   "instead of an MLflow store")
+                   "instead of an MLflow store; repeat it to join a study's parts (rows with equal settings merge)")
     p.add_argument("--rows-csv", type=Path, metavar="FILE", help="with --from-csv: per-row parameter counts and "
                    "step times (row, params_total, params_trainable, x_backbone, x_backbone_all, step_time_s)")
     p.add_argument("--secondary", action="append", default=[], metavar="A:B",
@@ -210,7 +210,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if not table["rows"]:
             raise UserError(f"no FINISHED runs with evaluated GLUE tasks in experiment {a.experiment!r} "
                             f"matching {tags or 'any tags'}{' in sweeps ' + ', '.join(a.sweep_id) if a.sweep_id else ''}"
-                            f" ({mask_uri(a.uri) if a.uri else a.from_csv})")
+                            f" ({mask_uri(a.uri) if a.uri else ', '.join(map(str, a.from_csv or []))})")
         info = sys.stderr if a.json else sys.stdout  # --json: stdout is the JSON alone
         if a.register:  # before the table, so a bad --row is refused before anything is printed
             from deepen_run.report.register import pick_row
