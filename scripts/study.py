@@ -115,9 +115,16 @@ def sh(cmd: list[str], env: dict | None = None, capture: bool = False) -> str:
     return r.stdout or ""
 
 
+def sources(uri: str, experiment: str, ids: list[str]) -> list[str]:
+    """deepen-report's input: the sweeps in the store, or the presets' published per-seed CSVs (a study
+    run over several sessions, whose stores stayed on their machines) joined by their rows' settings."""
+    if ids and all(i.endswith(".csv") for i in ids):
+        return [x for i in ids for x in ("--from-csv", i)]
+    return ["--uri", uri, "--experiment", experiment, *(x for i in ids for x in ("--sweep-id", i))]
+
+
 def pilot_table(uri: str, experiment: str, sweeps: dict, presets: list[str]) -> dict:
-    ids = [x for p in presets for x in ("--sweep-id", sweeps[p])]
-    return json.loads(sh([str(BIN / "deepen-report"), "--uri", uri, "--experiment", experiment, "--json", *ids],
+    return json.loads(sh([str(BIN / "deepen-report"), "--json", *sources(uri, experiment, [sweeps[p] for p in presets])],
                          capture=True))
 
 
@@ -168,9 +175,9 @@ def steps_rule(out: Path, uri: str, sweeps: dict, st: dict) -> dict:
 
 def report_command(uri: str, ids: list[str], contrasts: list[str], own: bool = False,
                    st: dict = STUDIES["floor"], secondary: tuple = ()) -> list[str]:
-    cmd = ["deepen-report", "--uri", uri, "--experiment", "study" if own else st["experiment"]] + \
+    cmd = ["deepen-report", *sources(uri, "study" if own else st["experiment"], ids)] + \
         (["--tasks", "sst2,stsb"] if own else ["--baseline", st["baseline"]] if st["baseline"] else [])
-    cmd += [x for i in ids for x in ("--sweep-id", i)] + [x for c in contrasts for x in ("--contrast", c)]
+    cmd += [x for c in contrasts for x in ("--contrast", c)]
     if st is STUDIES["s3"]:  # the confirmatory family alone under Holm; the rest in their own table
         family = [c for c in contrasts if c in st["family"]]
         cmd += (["--only-contrasts"] if contrasts else []) + [x for c in secondary for x in ("--secondary", c)]
@@ -254,9 +261,14 @@ def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
         sweep_dir = a.out / name / preset
         smoke = SMOKE + [f"hydra.sweeper.params.seed={a.smoke_seed}"] if a.smoke and name != "pilot" else \
             SMOKE if a.smoke else []
+        if sweeps.get(preset, "").endswith(".csv"):
+            print(f"study: {preset} is done: its per-seed values are published in {sweeps[preset]}", flush=True)
+            return
         sh([str(BIN / "deepen-run"), "-m", f"+study={preset}", f"tracking.uri={a.uri}", f"hydra.sweep.dir={sweep_dir}",
             "resume=auto", *smoke, *extra], env=env)
         sweeps[preset] = json.loads((sweep_dir / "deepen_sweep.json").read_text())["sweep_id"]
+        if a.publish:
+            sweeps[preset] = publish_sweep(a, preset, sweeps[preset])
         (a.out / "sweeps.json").write_text(json.dumps(sweeps, indent=1))
 
     # A pilot whose learning-rate rule an earlier session published goes on with the step-count pilot
@@ -277,7 +289,8 @@ def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
             steps_rule(a.out, a.uri, sweeps, st)
             publish(a, {"steps_rule.json": "steps_rule.json"})
         return
-    report(a.uri, a.out / name, *what_to_report(name, sweeps, st), st=st)
+    ids, contrasts, own, secondary = what_to_report(name, sweeps, st)
+    report(a.uri, a.out / name, ids, contrasts, own, st, secondary)
     publish(a, {f"{name}/seeds.csv": f"{name}_seeds.csv", f"{name}/report.md": f"{name}_report.md"})
     print(f"study: part {name} took {(time.time() - t0) / 60:.1f} min", flush=True)
 
@@ -292,6 +305,17 @@ def publish(a, files: dict[str, str]) -> None:
         if (a.out / src).is_file():
             (a.publish / dst).write_bytes((a.out / src).read_bytes())
             print(f"study: published {a.publish / dst}", flush=True)
+
+
+def publish_sweep(a, preset: str, sweep_id: str) -> str:
+    """A finished preset's per-seed values, each row's whole key beside them -> <publish>/sweeps/<preset>.csv,
+    to commit: a later session skips the preset and reports from the file."""
+    path = a.publish / "sweeps" / f"{preset}.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sh([str(BIN / "deepen-report"), *sources(a.uri, STUDIES[a.study]["experiment"], [sweep_id]), "--json",
+        "--seeds-csv", str(path)], capture=True)
+    print(f"study: published {path}", flush=True)
+    return str(path)
 
 
 def main() -> None:
@@ -330,12 +354,14 @@ def main() -> None:
     if a.publish is None and a.study == "s3" and not a.smoke:
         a.publish = ROOT / "docs" / "results" / "s3"
     sweeps = json.loads((a.out / "sweeps.json").read_text()) if (a.out / "sweeps.json").is_file() else {}
+    if a.publish:  # the published presets, from this session or an earlier one: reported from their files
+        sweeps |= {p.stem: str(p) for p in sorted((a.publish / "sweeps").glob("*.csv"))}
     if a.command:  # the report's deepen-report command with this study's sweep ids, to run by hand
         ids, contrasts, own, secondary = what_to_report(a.part or "all", sweeps, st)
         cmd = report_command(a.uri, ids, contrasts, own, st, secondary)
-        if a.uri == p.get_default("uri"):
+        if cmd[1] == "--uri" and a.uri == p.get_default("uri"):
             cmd[1:3] = []  # deepen-report's default store is this one
-        print(shlex.join(cmd))
+        print(shlex.join(x.removeprefix(f"{ROOT}/") for x in cmd))  # published files: relative to the repo
         return
     for name in [a.part] if a.part else st["primary"]:
         run_part(name, a, extra, sweeps)

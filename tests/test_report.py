@@ -256,6 +256,11 @@ def test_json_contrasts_are_recomputed_from_per_seed_which_equals_mlflow(tmp_pat
     assert len(lines) == 2 * 2 * 3  # (row, task, seed)
     assert {(x["method"], x["task"], x["seed"]): float(x["value"]) for x in lines} == \
         {(m, t, s): pytest.approx(rows[m]["per_seed"][t][s]) for m in rows for t in ("sst2", "stsb") for s in "123"}
+    # The CSV carries each row's whole key: --from-csv rebuilds the store's rows, settings and all.
+    from deepen_run.report import from_csv
+
+    back, _ = from_csv.load(tmp_path / "seeds.csv")
+    assert [(r["config"], r["per_seed"]) for r in back] == [(r["config"], r["per_seed"]) for r in out["rows"]]
 
 
 def report_cli(*args: str):

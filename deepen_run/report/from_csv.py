@@ -11,6 +11,7 @@ printed them.
 from __future__ import annotations
 
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -37,6 +38,16 @@ def config_of(backbone: str, method: str, setup: str, settings: str) -> dict[str
     return cfg
 
 
+def key_of(line: dict, path: Path, n: int) -> tuple | None:
+    """The row's whole key from the config column (newer CSVs); None: rebuild it from the label."""
+    if not line.get("config"):
+        return None
+    try:
+        return tuple(sorted(json.loads(line["config"]).items()))
+    except (ValueError, AttributeError):
+        raise UserError(f"{path}, line {n}: the config column is not a JSON object of settings") from None
+
+
 def _read(path: Path, need: tuple[str, ...]) -> list[dict]:
     if not path.is_file():
         raise UserError(f"--from-csv: no file {path}")
@@ -58,7 +69,8 @@ def load(seeds: Path, sizes: Path | None = None) -> tuple[list[dict], list[tuple
         except ValueError:
             raise UserError(f"{seeds}, line {n}: row {line['row']!r} / value {line['value']!r} is not a number") from None
         r = rows.setdefault(rid, {"id": rid, **{k: line[k] for k in ("backbone", "method", "setup", "settings")},
-                                  "per_seed": {}, "repeats": [], "commits": {}} | dict.fromkeys(SIZE_COLUMNS))
+                                  "per_seed": {}, "repeats": [], "commits": {}} | dict.fromkeys(SIZE_COLUMNS)
+                             | {"key": key_of(line, seeds, n)})
         seeds_of = r["per_seed"].setdefault(line["task"], {})
         if line["seed"] in seeds_of:
             raise UserError(f"{seeds}, line {n}: row {rid}, {line['task']}, seed {line['seed']} appears twice")
@@ -78,16 +90,18 @@ def load(seeds: Path, sizes: Path | None = None) -> tuple[list[dict], list[tuple
                 raise UserError(f"{sizes}: row {rid} is not in {seeds}")
             rows[rid] |= {k: float(line[k]) if line[k] not in ("", "None") else None for k in SIZE_COLUMNS}
     out = [rows[i] for i in ids]
-    keys = [tuple(sorted(config_of(r["backbone"], r["method"], r["setup"], r["settings"]).items())) for r in out]
+    keys = [r.pop("key") or tuple(sorted(config_of(r["backbone"], r["method"], r["setup"], r["settings"]).items()))
+            for r in out]
     for r, k in zip(out, keys):
         r["config"] = dict(k)
     return out, keys
 
 
 def load_all(seeds: list[Path], sizes: Path | None = None) -> tuple[list[dict], list[tuple]]:
-    """Several per-seed CSVs as one table: a study run in parts, each part's report published on its own
-    (docs/results/s3/<part>_seeds.csv). Rows with the same settings are one row, numbered in the order
-    they first appear; a task and seed that two files both give is refused, not silently picked."""
+    """Several per-seed CSVs as one table: a study run in parts over several sessions, each preset's values
+    published on their own (scripts/study.py writes them under docs/results/s3/). Rows with the same
+    settings are one row, numbered in the order they first appear; a task and seed that two files both
+    give is refused, not silently picked."""
     if len(seeds) == 1:
         return load(seeds[0], sizes)
     if sizes is not None:

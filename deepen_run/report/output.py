@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from typing import Optional
 
 from deepen_run.data.glue import TASKS
@@ -92,16 +93,19 @@ def contrasts_markdown(table: dict) -> str:
 
 
 def seeds_csv(table: dict) -> str:
-    """One line per (row, task, seed): the value the table averages, and how many runs gave it."""
+    """One line per (row, task, seed): the value the table averages, and how many runs gave it; the
+    last column is the row's whole key (its settings as JSON), so files of a study's parts, whose labels
+    name only what varies within each, join exactly (deepen-report --from-csv a.csv --from-csv b.csv)."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["row", *LABEL, "task", "seed", "value", "runs", "git_commits"])
+    w.writerow(["row", *LABEL, "task", "seed", "value", "runs", "git_commits", "config"])
     for r in table["rows"]:
         reruns = {(x["task"], x["seed"]): len(x["values"]) for x in r.get("repeats", [])}
         for task, seeds in r["per_seed"].items():
             for seed, v in seeds.items():
                 commits = " ".join(c for c, s in r.get("commits", {}).items() if seed in s)
-                w.writerow([r["id"], *(r[k] for k in LABEL), task, seed, repr(v), reruns.get((task, seed), 1), commits])
+                w.writerow([r["id"], *(r[k] for k in LABEL), task, seed, repr(v), reruns.get((task, seed), 1), commits,
+                            json.dumps(r["config"], sort_keys=True) if "config" in r else ""])
     return buf.getvalue()
 
 
