@@ -35,6 +35,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # study_jobs.py beside it, also when imported by path
+import study_jobs  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 # Smoke: tiny data and batches, but each preset's own step counts (the matched-updates rows differ by them).
@@ -123,8 +126,13 @@ def sources(uri: str, experiment: str, ids: list[str]) -> list[str]:
     return ["--uri", uri, "--experiment", experiment, *(x for i in ids for x in ("--sweep-id", i))]
 
 
+def ids_of(sweeps: dict, presets: list[str]) -> list[str]:
+    """The presets' sweep ids, or their published job files (Study III: a list a preset)."""
+    return [i for p in dict.fromkeys(presets) for i in (sweeps[p] if isinstance(sweeps[p], list) else [sweeps[p]])]
+
+
 def pilot_table(uri: str, experiment: str, sweeps: dict, presets: list[str]) -> dict:
-    return json.loads(sh([str(BIN / "deepen-report"), "--json", *sources(uri, experiment, [sweeps[p] for p in presets])],
+    return json.loads(sh([str(BIN / "deepen-report"), "--json", *sources(uri, experiment, ids_of(sweeps, presets))],
                          capture=True))
 
 
@@ -211,7 +219,7 @@ def what_to_report(name: str, sweeps: dict, st: dict = STUDIES["floor"]) -> tupl
     if missing:
         sys.exit(f"study: the report of {name} needs the sweeps {', '.join(missing)}; run their parts first "
                  "(make study PART=...)")
-    return [sweeps[p] for p in dict.fromkeys(presets)], contrasts, own, secondary
+    return ids_of(sweeps, presets), contrasts, own, secondary
 
 
 def job_seconds(cfg) -> float:
@@ -261,14 +269,14 @@ def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
         sweep_dir = a.out / name / preset
         smoke = SMOKE + [f"hydra.sweeper.params.seed={a.smoke_seed}"] if a.smoke and name != "pilot" else \
             SMOKE if a.smoke else []
-        if sweeps.get(preset, "").endswith(".csv"):
-            print(f"study: {preset} is done: its per-seed values are published in {sweeps[preset]}", flush=True)
-            return
-        sh([str(BIN / "deepen-run"), "-m", f"+study={preset}", f"tracking.uri={a.uri}", f"hydra.sweep.dir={sweep_dir}",
-            "resume=auto", *smoke, *extra], env=env)
-        sweeps[preset] = json.loads((sweep_dir / "deepen_sweep.json").read_text())["sweep_id"]
-        if a.publish:
-            sweeps[preset] = publish_sweep(a, preset, sweeps[preset])
+        if a.study == "s3":  # one job at a time, each published as it ends (scripts/study_jobs.py)
+            sweeps[preset] = study_jobs.run_preset(
+                preset, out=a.out / name, pub=a.publish or a.out, uri=a.uri, experiment=st["experiment"],
+                extra=(SMOKE if a.smoke else []) + extra, env=env, sh=sh, bin_dir=BIN, smoke=a.smoke)
+        else:
+            sh([str(BIN / "deepen-run"), "-m", f"+study={preset}", f"tracking.uri={a.uri}",
+                f"hydra.sweep.dir={sweep_dir}", "resume=auto", *smoke, *extra], env=env)
+            sweeps[preset] = json.loads((sweep_dir / "deepen_sweep.json").read_text())["sweep_id"]
         (a.out / "sweeps.json").write_text(json.dumps(sweeps, indent=1))
 
     # A pilot whose learning-rate rule an earlier session published goes on with the step-count pilot
@@ -307,17 +315,6 @@ def publish(a, files: dict[str, str]) -> None:
             print(f"study: published {a.publish / dst}", flush=True)
 
 
-def publish_sweep(a, preset: str, sweep_id: str) -> str:
-    """A finished preset's per-seed values, each row's whole key beside them -> <publish>/sweeps/<preset>.csv,
-    to commit: a later session skips the preset and reports from the file."""
-    path = a.publish / "sweeps" / f"{preset}.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sh([str(BIN / "deepen-report"), *sources(a.uri, STUDIES[a.study]["experiment"], [sweep_id]), "--json",
-        "--seeds-csv", str(path)], capture=True)
-    print(f"study: published {path}", flush=True)
-    return str(path)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(prog="study", description=__doc__.split("\n")[0])
     p.add_argument("--study", choices=list(STUDIES), default="floor",
@@ -354,8 +351,10 @@ def main() -> None:
     if a.publish is None and a.study == "s3" and not a.smoke:
         a.publish = ROOT / "docs" / "results" / "s3"
     sweeps = json.loads((a.out / "sweeps.json").read_text()) if (a.out / "sweeps.json").is_file() else {}
-    if a.publish:  # the published presets, from this session or an earlier one: reported from their files
-        sweeps |= {p.stem: str(p) for p in sorted((a.publish / "sweeps").glob("*.csv"))}
+    if a.study == "s3":  # the presets every job of which is published, in this session or an earlier one
+        done = {p: study_jobs.published(p, a.publish or a.out) for n in st["parts"].values() for p in
+                n["presets"] + n.get("after_rule", [])}
+        sweeps |= {p: files for p, files in done.items() if files}
     if a.command:  # the report's deepen-report command with this study's sweep ids, to run by hand
         ids, contrasts, own, secondary = what_to_report(a.part or "all", sweeps, st)
         cmd = report_command(a.uri, ids, contrasts, own, st, secondary)
