@@ -118,12 +118,12 @@ def sh(cmd: list[str], env: dict | None = None, capture: bool = False) -> str:
     return r.stdout or ""
 
 
-def sources(uri: str, experiment: str, ids: list[str]) -> list[str]:
-    """deepen-report's input: the sweeps in the store, or the presets' published per-seed CSVs (a study
-    run over several sessions, whose stores stayed on their machines) joined by their rows' settings."""
+def sources(uri: str, experiment: str, ids: list[str]) -> tuple[list[str], list[str]]:
+    """deepen-report's input as (the store, the sweeps in it), or ([], the published per-seed CSVs) for a
+    study run over several sessions, whose stores stayed on their machines, joined by their rows' settings."""
     if ids and all(i.endswith(".csv") for i in ids):
-        return [x for i in ids for x in ("--from-csv", i)]
-    return ["--uri", uri, "--experiment", experiment, *(x for i in ids for x in ("--sweep-id", i))]
+        return [], [x for i in ids for x in ("--from-csv", i)]
+    return ["--uri", uri, "--experiment", experiment], [x for i in ids for x in ("--sweep-id", i)]
 
 
 def ids_of(sweeps: dict, presets: list[str]) -> list[str]:
@@ -132,7 +132,8 @@ def ids_of(sweeps: dict, presets: list[str]) -> list[str]:
 
 
 def pilot_table(uri: str, experiment: str, sweeps: dict, presets: list[str]) -> dict:
-    return json.loads(sh([str(BIN / "deepen-report"), "--json", *sources(uri, experiment, ids_of(sweeps, presets))],
+    store, which = sources(uri, experiment, ids_of(sweeps, presets))
+    return json.loads(sh([str(BIN / "deepen-report"), "--json", *store, *which],
                          capture=True))
 
 
@@ -183,9 +184,10 @@ def steps_rule(out: Path, uri: str, sweeps: dict, st: dict) -> dict:
 
 def report_command(uri: str, ids: list[str], contrasts: list[str], own: bool = False,
                    st: dict = STUDIES["floor"], secondary: tuple = ()) -> list[str]:
-    cmd = ["deepen-report", *sources(uri, "study" if own else st["experiment"], ids)] + \
+    store, which = sources(uri, "study" if own else st["experiment"], ids)
+    cmd = ["deepen-report", *store] + \
         (["--tasks", "sst2,stsb"] if own else ["--baseline", st["baseline"]] if st["baseline"] else [])
-    cmd += [x for c in contrasts for x in ("--contrast", c)]
+    cmd += which + [x for c in contrasts for x in ("--contrast", c)]
     if st is STUDIES["s3"]:  # the confirmatory family alone under Holm; the rest in their own table
         family = [c for c in contrasts if c in st["family"]]
         cmd += (["--only-contrasts"] if contrasts else []) + [x for c in secondary for x in ("--secondary", c)]

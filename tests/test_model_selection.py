@@ -83,3 +83,24 @@ def test_a_run_saved_before_the_key_existed_still_resumes():
     assert differences(then, now) == []
     assert differences(then, _plain(make_cfg("train.model_selection=best", "train.eval_every=5"))) == \
         ["train.eval_every", "train.model_selection"]
+
+
+def test_a_checkpoint_being_written_is_not_a_step_dir(tmp_path):
+    """While its files are written, a checkpoint lives in a hidden folder; only the rename makes it
+    checkpoints/step-N. A reader globbing step-*/trainer_state.json (test_resume's wait) once found the
+    half-written one, and read an empty state after a SIGKILL (seen under load)."""
+    from deepen_run.run.checkpoint import Checkpointer
+    from deepen_run.run.fast import make_accelerator
+
+    cfg = make_cfg("train.save_every=1")
+    acc = make_accelerator(cfg.train)
+    saver = Checkpointer(tmp_path, cfg.train, acc, total=10)
+    seen = []
+
+    def fill(tmp):
+        (tmp / "trainer_state.json").write_text("")  # the moment a kill can land: created, not yet written
+        seen.extend(p.name for p in (tmp_path / "checkpoints").iterdir())
+        assert not list((tmp_path / "checkpoints").glob("step-*"))
+
+    saver._write(tmp_path / "checkpoints" / "step-7", fill)
+    assert seen == [".step-7.tmp"] and [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-7"]

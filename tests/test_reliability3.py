@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HANG, cli, runs_of
+from conftest import HANG, cli, make_cfg, runs_of
 from test_tracking_server import mlflow_server  # noqa: F401 (a live `mlflow server`, a fixture)
 from deepen_run.tracking.store import Tracker
 
@@ -334,3 +334,31 @@ def test_a_backbone_folder_with_remote_code_names_trust_remote_code(tmp_path):
     r = cli("backbone=minilm", f"backbone.path={tmp_path}/m", "task=rte", "dry_run=true")
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "backbone.trust_remote_code=true" in lines[0], r.stderr
+
+
+def test_a_run_records_its_config_before_its_run_file(tmp_path, glue_dir, monkeypatch):
+    """A process killed between writing run.json and run_config.yaml left a run whose config a resume
+    read from Hydra's .hydra/config.yaml, which lacks a sweep job's run name: the resume of a SIGKILLed
+    joblib sweep was refused as "another config" (seen under load). The config is now written first:
+    the process dies here at the moment run.json is written, and run_config.yaml is already there."""
+    from deepen_run.run import runner
+    from deepen_run.run.preflight import check
+    from deepen_run.run.resume import RUN_CONFIG
+
+    home = tmp_path / "run"
+    home.mkdir()
+    cfg = make_cfg("backbone=tiny", "task=rte", "train.max_steps=2", "data.max_train_samples=16",
+                   "data.max_eval_samples=8", "data.max_seq_length=32", "train.mixed_precision=no",
+                   f"data.glue_dir={glue_dir}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+                   f"data.cache_dir={tmp_path}/cache", "tracking.run_name='seed=1 · job'")
+
+    def died(*_a, **_k):
+        raise SystemExit("killed while writing run.json")
+
+    monkeypatch.setattr(runner, "current_dir", lambda: home)
+    monkeypatch.setattr(runner.ck, "write_run_file", died)
+    with pytest.raises(SystemExit):
+        runner.run(cfg, check(cfg))
+    assert not (home / "run.json").exists()
+    saved = (home / RUN_CONFIG).read_text()
+    assert "run_name: seed=1 · job" in saved

@@ -192,7 +192,9 @@ class Checkpointer:
                 "best_score": self.best, "best_step": self.best_step, "extra": self.extra}
 
     def _write(self, final: Path, fill) -> None:
-        tmp = final.with_name(final.name + ".tmp")
+        # Hidden while it fills: a reader that globs checkpoints/step-* (a script, a test) never finds
+        # a half-written one; the rename below is what makes it a checkpoint.
+        tmp = final.with_name(f".{final.name}.tmp")
         if self.acc.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
@@ -235,7 +237,7 @@ class Checkpointer:
             return
 
         def fill(tmp: Path):
-            # Accelerate logs "Model weights saved in .../best.tmp/pytorch_model.bin": the wrong file
+            # Accelerate logs "Model weights saved in .../.best.tmp/pytorch_model.bin": the wrong file
             # name (it writes model.safetensors) in a folder renamed right after. Not worth a line.
             quiet = logging.getLogger("accelerate.accelerator")
             level = quiet.level

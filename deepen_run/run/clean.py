@@ -21,7 +21,7 @@ OURS = frozenset({".hydra", ".lock", "checkpoints", "submission", "data_fingerpr
                   *SWEEP_RECORDS})
 
 # What our folders inside a run or sweep dir hold, by suffix: Hydra's .hydra/ (config, hydra and
-# overrides .yaml), checkpoints/<step-N|best|*.tmp>/ (Accelerate's save_state: .safetensors, .bin,
+# overrides .yaml), checkpoints/<step-N|best|.*.tmp>/ (Accelerate's save_state: .safetensors, .bin,
 # .pkl, .pt; our trainer_state.json), submission/ (.tsv), deepen_jobs/ (.json, STOP, the resume lock).
 INSIDE = ((".hydra", (".yaml",)), ("checkpoints", (".safetensors", ".bin", ".pkl", ".pt", ".json")),
           ("submission", (".tsv",)), (JOBS_DIR, (".json", ".lock", "STOP")))

@@ -82,11 +82,12 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
     # A signal while the run is being created waits until the try below, where it ends the run KILLED:
     # raised in between, it would leave the run RUNNING under a live process (a sweep worker idles on).
     with signals.deferred():
+        if not run_id:  # before run.json: a SIGKILL between the two must not leave a run whose config
+            save_run_config(home, cfg)  # a resume reads from Hydra's copy (which lacks a sweep job's name)
         tracker.start(run_name(cfg) + ("-dry" if cfg.dry_run else ""),
                       tags_for(cfg) | provenance() | where | (tags or {}), run_id=run_id)
         ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
         if not run_id:
-            save_run_config(home, cfg)
             save_fingerprint(home, cfg, tasks)
     monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
     status = "FAILED"
