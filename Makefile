@@ -66,8 +66,9 @@ study: install
 
 # Study III (docs/study.md, "Study III"; conf/study/s3_*.yaml): PALs x schedules on real size ratios,
 # the PALs paper's other rows, HIRE against a capacity control matched to its parameter count, a
-# confirmatory family of 5 under Holm; 8 parts of at most ~90 min (about 7.7 h); outputs/study-s3/.
-# PART=pilot first, then multi_a|multi_b|multi_c|hire_a|hire_b|hire_c|explore; resumes like study.
+# confirmatory family of 5 under Holm; outputs/study-s3/. PART=pilot first, then
+# multi_a|multi_b|multi_c|hire_a|hire_b|hire_c|explore. Each finished job is published under
+# docs/results/s3/jobs/ (commit it): a later session runs only the rest. Cost: docs/study.md.
 study-s3: install
 	$(BIN)/python scripts/study.py --study s3 $(if $(PART),--part $(PART)) $(STUDY_ARGS)
 
