@@ -121,7 +121,11 @@ def sh(cmd: list[str], env: dict | None = None, capture: bool = False) -> str:
 def sources(uri: str, experiment: str, ids: list[str]) -> tuple[list[str], list[str]]:
     """deepen-report's input as (the store, the sweeps in it), or ([], the published per-seed CSVs) for a
     study run over several sessions, whose stores stayed on their machines, joined by their rows' settings."""
-    if ids and all(i.endswith(".csv") for i in ids):
+    csvs = [i for i in ids if i.endswith(".csv")]
+    if csvs and len(csvs) < len(ids):  # a sweep id would match no run of another session's store: rows would vanish
+        sys.exit(f"study: {csvs[0]} is a published file, {next(i for i in ids if i not in csvs)} a sweep of this "
+                 "store; one report reads one or the other (publish the sweep, or run its part again)")
+    if csvs:
         return [], [x for i in ids for x in ("--from-csv", i)]
     return ["--uri", uri, "--experiment", experiment], [x for i in ids for x in ("--sweep-id", i)]
 
@@ -325,7 +329,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, help="default: outputs/study-floor, outputs/study-s3")
     p.add_argument("--uri", default=f"sqlite:///{ROOT}/outputs/mlflow.db")
     p.add_argument("--smoke", action="store_true", help="tiny scale, for a test of the pipeline")
-    p.add_argument("--smoke-seed", default="1", help="with --smoke: the one seed of the non-pilot parts")
+    p.add_argument("--smoke-seed", default="1", help="with --smoke: the one seed of the floor study's non-pilot parts (s3: each preset's first seed)")
     p.add_argument("--command", action="store_true",
                    help="print the deepen-report command of the part's report (default: the whole study's) and exit")
     p.add_argument("--cost", action="store_true", help="print each part's jobs and estimated minutes and exit")

@@ -256,11 +256,17 @@ def test_json_contrasts_are_recomputed_from_per_seed_which_equals_mlflow(tmp_pat
     assert len(lines) == 2 * 2 * 3  # (row, task, seed)
     assert {(x["method"], x["task"], x["seed"]): float(x["value"]) for x in lines} == \
         {(m, t, s): pytest.approx(rows[m]["per_seed"][t][s]) for m in rows for t in ("sst2", "stsb") for s in "123"}
-    # The CSV carries each row's whole key: --from-csv rebuilds the store's rows, settings and all.
+    # The CSV carries each row's whole key: --from-csv rebuilds the store's rows, every setting but
+    # where this machine keeps GLUE and what the run chose for itself (train/...).
     from deepen_run.report import from_csv
 
+    def set_by_study(cfg: dict) -> dict:
+        return {k: v for k, v in cfg.items() if k not in from_csv.LOCAL and not k.startswith(from_csv.CHOSEN)}
+
     back, _ = from_csv.load(tmp_path / "seeds.csv")
-    assert [(r["config"], r["per_seed"]) for r in back] == [(r["config"], r["per_seed"]) for r in out["rows"]]
+    assert [(r["config"], r["per_seed"]) for r in back] == \
+        [(set_by_study(r["config"]), r["per_seed"]) for r in out["rows"]]
+    assert any(k.startswith(from_csv.CHOSEN) for k in out["rows"][0]["config"])  # there were some to drop
 
 
 def report_cli(*args: str):

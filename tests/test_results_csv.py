@@ -141,3 +141,40 @@ def test_a_study_published_in_parts_joins_into_the_table_of_one_file(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and err.startswith(f"deepen-report: error: {tmp_path / 'b.csv'}: row ") \
         and "seed 4 is also in an earlier --from-csv file" in err and "\n" not in err
+
+
+def test_jobs_published_one_a_file_join_into_rows(tmp_path):
+    """Study III publishes one file a job (scripts/study_jobs.py), each a one-row report labelled "-".
+    Joined: a draw that follows the seed (method.random_seed=${seed}) is one row over its seeds, not a
+    row a seed; where GLUE lives and what a run chose for itself (train/...) do not split a row; and
+    the rows are labelled against each other again."""
+    import csv
+    import json
+
+    head = ["row", "backbone", "method", "setup", "settings", "task", "seed", "value", "runs", "git_commits", "config"]
+    files = []
+    for importance in ("dynamic", "random"):
+        for seed in ("101", "102", "103"):
+            cfg = {"backbone.name": "minilm", "method.name": "hire", "method.importance": importance,
+                   "method.random_seed": seed if importance == "random" else "0", "train.max_steps": "300",
+                   "data.glue_dir": f"/machine-{seed}/glue", "train/optimizer_impl": "fused" if seed == "101" else "foreach"}
+            path = tmp_path / f"{importance}-{seed}.csv"
+            with path.open("w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(head)
+                for task, value in (("sst2", 80 + int(seed) % 10), ("stsb", 70 + int(seed) % 10)):
+                    w.writerow(["1", "minilm", "hire", "single-task", "-", task, seed, value, 1, "abc",
+                                json.dumps(cfg, sort_keys=True)])
+            files.append(path)
+    rows, keys = from_csv.load_all(files)
+    assert len(rows) == 2, [r["settings"] for r in rows]
+    assert [sorted(r["per_seed"]["sst2"]) for r in rows] == [["101", "102", "103"]] * 2
+    by = {dict(k)["method.importance"]: r for k, r in zip(keys, rows)}
+    assert by["random"]["config"]["method.random_seed"] == "seed"
+    assert by["dynamic"]["config"]["method.random_seed"] == "0"
+    assert "data.glue_dir" not in by["random"]["config"] and "train/optimizer_impl" not in by["random"]["config"]
+    assert by["random"]["settings"] == "importance=random random_seed=seed"
+    assert by["dynamic"]["settings"] == "importance=dynamic random_seed=0"
+    # a lone job whose fixed draw equals its seed is not folded: one seed is no evidence of following it
+    lone, _ = from_csv.load_all([files[3], files[0]])
+    assert {r["config"]["method.random_seed"] for r in lone} == {"101", "0"}

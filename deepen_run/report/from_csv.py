@@ -17,6 +17,7 @@ from pathlib import Path
 
 from deepen_run.errors import UserError
 from deepen_run.report import contrasts as rc
+from deepen_run.report import rows as rr
 
 SEEDS_COLUMNS = ("row", "backbone", "method", "setup", "settings", "task", "seed", "value")
 SIZE_COLUMNS = ("params_total", "params_trainable", "x_backbone", "x_backbone_all", "step_time_s")
@@ -38,14 +39,36 @@ def config_of(backbone: str, method: str, setup: str, settings: str) -> dict[str
     return cfg
 
 
+# Left out of a published key: where this machine keeps GLUE, and what a run chose for itself
+# (train/precision, train/optimizer_impl: params with a slash). Files of one study published from
+# several machines join on the settings the study sets.
+LOCAL = ("data.glue_dir",)
+CHOSEN = "train/"
+
+
 def key_of(line: dict, path: Path, n: int) -> tuple | None:
     """The row's whole key from the config column (newer CSVs); None: rebuild it from the label."""
     if not line.get("config"):
         return None
     try:
-        return tuple(sorted(json.loads(line["config"]).items()))
+        cfg = json.loads(line["config"])
+        return tuple(sorted((k, v) for k, v in cfg.items() if k not in LOCAL and not k.startswith(CHOSEN)))
     except (ValueError, AttributeError):
         raise UserError(f"{path}, line {n}: the config column is not a JSON object of settings") from None
+
+
+def fold_seeds(pairs: list[tuple[dict, tuple]]) -> list[tuple]:
+    """Each (row, key)'s key, a *_seed setting equal to the row's only seed read as "seed" where two
+    seeds or more of otherwise equal settings follow theirs: a fresh draw per seed, published one job
+    a file, is one row, as the store's report folds it (deepen_run/report/rows.py, keys)."""
+    folded, seeds = [], {}
+    for r, k in pairs:
+        own = {s for by_seed in r["per_seed"].values() for s in by_seed}
+        f = tuple((n, "seed" if n.endswith("_seed") and len(own) == 1 and v in own else v) for n, v in k)
+        folded.append(f)
+        if f != k:
+            seeds.setdefault(f, set()).update(own)
+    return [f if f != k and len(seeds[f]) > 1 else k for (_, k), f in zip(pairs, folded)]
 
 
 def _read(path: Path, need: tuple[str, ...]) -> list[dict]:
@@ -106,17 +129,21 @@ def load_all(seeds: list[Path], sizes: Path | None = None) -> tuple[list[dict], 
         return load(seeds[0], sizes)
     if sizes is not None:
         raise UserError("--rows-csv numbers the rows of one --from-csv file; give one --from-csv with it")
+    loaded = [(path, r, k) for path in seeds for r, k in zip(*load(path))]
     merged: dict[tuple, dict] = {}
-    for path in seeds:
-        for r, k in zip(*load(path)):
-            into = merged.setdefault(k, r | {"id": len(merged) + 1, "per_seed": {}, "commits": {}})
-            for task, values in r["per_seed"].items():
-                have = into["per_seed"].setdefault(task, {})
-                twice = sorted(set(have) & set(values), key=rc.seed_order)
-                if twice:
-                    raise UserError(f"{path}: row {r['settings']!r}, {task}, seed {twice[0]} is also in an earlier "
-                                    "--from-csv file")
-                into["per_seed"][task] = dict(sorted((have | values).items(), key=lambda kv: rc.seed_order(kv[0])))
-            for c, s in r["commits"].items():
-                into["commits"][c] = sorted(set(into["commits"].get(c, [])) | set(s), key=rc.seed_order)
+    for (path, r, _), k in zip(loaded, fold_seeds([(r, k) for _, r, k in loaded])):
+        into = merged.setdefault(k, r | {"id": len(merged) + 1, "per_seed": {}, "commits": {}, "config": dict(k)})
+        for task, values in r["per_seed"].items():
+            have = into["per_seed"].setdefault(task, {})
+            twice = sorted(set(have) & set(values), key=rc.seed_order)
+            if twice:
+                raise UserError(f"{path}: row {r['settings']!r}, {task}, seed {twice[0]} is also in an earlier "
+                                "--from-csv file")
+            into["per_seed"][task] = dict(sorted((have | values).items(), key=lambda kv: rc.seed_order(kv[0])))
+        for c, s in r["commits"].items():
+            into["commits"][c] = sorted(set(into["commits"].get(c, [])) | set(s), key=rc.seed_order)
+    # Each file labelled its rows against its own rows only (one job a file: "-"): label them again.
+    label = rr.labels(list(merged))
+    for k, r in merged.items():
+        r["settings"] = label[k]
     return list(merged.values()), list(merged)
