@@ -169,3 +169,32 @@ def test_a_draw_that_follows_the_seed_keeps_its_runs_in_one_row():
     fixed = rr.keys([run(s, 0) for s in (0, 1, 2)])  # the default draw 0, seeds 0-2: one row
     assert len(set(fixed)) == 1 and dict(fixed[0])["method.random_seed"] == "0"
     assert set(rr.keys([run(1, 1), run(2, 2), run(1, 0)])) == {*rr.keys([run(1, 1), run(2, 2)]), rr.key_of(run(1, 0))}
+
+
+def test_each_job_is_published_on_its_own_and_a_later_run_skips_it(tmp_path):
+    """scripts/study_jobs.py: a preset's jobs, seed by seed, each with its own file name; the preset is
+    done only when every job has a file, and a run with every file in place starts no job."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import study_jobs
+
+    jobs = study_jobs.preset_jobs("s3_multi_a")
+    assert len(jobs) == 12 and ["+arm=s3_pals", "seed=101"] in jobs
+    names = {study_jobs.job_name(j) for j in jobs}
+    assert len(names) == 12 and "arm-s3_pals_seed-101" in names
+    folder = tmp_path / "jobs" / "s3_multi_a"
+    folder.mkdir(parents=True)
+    for name in sorted(names)[:-1]:
+        (folder / f"{name}.csv").write_text("row\n")
+    assert study_jobs.published("s3_multi_a", tmp_path) is None  # one job left
+    (folder / f"{sorted(names)[-1]}.csv").write_text("row\n")
+    done = study_jobs.published("s3_multi_a", tmp_path)
+    assert done is not None and len(done) == 12
+    started = []
+    files = study_jobs.run_preset("s3_multi_a", out=tmp_path / "out", pub=tmp_path, uri="sqlite:///x.db",
+                                  experiment="study-s3", extra=[], env={}, sh=lambda *a, **k: started.append(a),
+                                  bin_dir=tmp_path)
+    assert started == [] and sorted(files) == sorted(done)
+    # seed by seed (the order run_preset goes through them): both arms of seed 101 before any of 102
+    assert [f.rsplit("seed-", 1)[1] for f in files[:3]] == ["101.csv", "101.csv", "102.csv"]
