@@ -238,25 +238,14 @@ def job_seconds(cfg) -> float:
 def cost_table(study: str) -> list[dict]:
     """Each part's jobs and estimated minutes on 2 idle cores (STEP_S): every job of its presets,
     enumerated as the sweep enumerates them."""
-    sys.path.insert(0, str(ROOT))
-    from hydra import compose, initialize_config_dir
+    from hydra import compose
 
-    from deepen_run.config.schema import register
-    from deepen_run.methods import schemas
-    from deepen_run.sweep.check import job_overrides
-
-    register(schemas())  # the methods' schemas, as deepen-run registers them
-    out = []
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        for name, part in STUDIES[study]["parts"].items():
-            jobs, secs = 0, 0.0
-            for preset in part["presets"] + part.get("after_rule", []):
-                grid = compose(config_name="config", overrides=[f"+study={preset}"], return_hydra_config=True)
-                for job in job_overrides(grid):
-                    jobs, secs = jobs + 1, secs + job_seconds(compose(config_name="config", overrides=job))
-            out.append({"part": name, "presets": part["presets"] + part.get("after_rule", []), "jobs": jobs,
-                        "minutes": round(secs / 60)})
-    return out
+    parts = {name: part["presets"] + part.get("after_rule", []) for name, part in STUDIES[study]["parts"].items()}
+    jobs = {name: [j for p in presets for j in study_jobs.sweep_jobs(p)] for name, presets in parts.items()}
+    with study_jobs.conf_dir():
+        return [{"part": name, "presets": parts[name], "jobs": len(js),
+                 "minutes": round(sum(job_seconds(compose(config_name="config", overrides=list(j))) for j in js) / 60)}
+                for name, js in jobs.items()]
 
 
 def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:

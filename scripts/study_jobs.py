@@ -9,29 +9,47 @@ other work; the MLflow store, under outputs/, does not outlive the session's mac
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def preset_jobs(preset: str) -> list[list[str]]:
-    """Each job's overrides of a preset's sweep, in launch order (as the sweep enumerates them),
-    without the +study= override every job shares."""
+@contextmanager
+def conf_dir():
+    """Hydra's compose over conf/, with the methods' schemas registered as deepen-run registers them."""
     sys.path.insert(0, str(ROOT))
-    from hydra import compose, initialize_config_dir
+    from hydra import initialize_config_dir
 
     from deepen_run.config.schema import register
     from deepen_run.methods import schemas
+
+    register(schemas())
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        yield
+
+
+@functools.cache  # composed once a process: the study asks at start-up and again per part
+def sweep_jobs(preset: str) -> tuple[tuple[str, ...], ...]:
+    """Each job's overrides of a preset's sweep, +study= included, in launch order (as the sweep
+    enumerates them)."""
+    from hydra import compose
+
     from deepen_run.sweep.check import job_overrides
 
-    register(schemas())  # the methods' schemas, as deepen-run registers them
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+    with conf_dir():
         grid = compose(config_name="config", overrides=[f"+study={preset}"], return_hydra_config=True)
-    return [[o for o in job if not o.startswith("+study=")] for job in job_overrides(grid)]
+    return tuple(tuple(job) for job in job_overrides(grid))
+
+
+def preset_jobs(preset: str) -> list[list[str]]:
+    """Each job's overrides without the +study= override every job shares."""
+    return [[o for o in job if not o.startswith("+study=")] for job in sweep_jobs(preset)]
 
 
 def job_name(job: list[str]) -> str:

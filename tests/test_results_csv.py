@@ -109,7 +109,7 @@ def test_bad_input_names_the_culprit(tmp_path, capsys):
 
 
 def test_a_study_published_in_parts_joins_into_the_table_of_one_file(tmp_path, capsys):
-    """Study III publishes one per-seed CSV a part (docs/results/s3/<part>_seeds.csv): several --from-csv
+    """Study III publishes one per-seed CSV a job (docs/results/s3/jobs/<preset>/<job>.csv): several --from-csv
     files merge rows with equal settings, so the parts' table equals the table of one file; a task and
     seed given twice is refused in one line."""
     import csv
