@@ -38,17 +38,6 @@ def link_on_the_way(path: Path, root: Path) -> Optional[Path]:
     return None
 
 
-def first_link(folder: Path) -> Optional[Path]:
-    """The first link anywhere in a folder's tree (not followed), or None. deepen-run never makes one,
-    so a tree with a link in it holds something of the user's."""
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
-        for name in dirnames + filenames:
-            p = Path(dirpath, name)
-            if p.is_symlink():
-                return p
-    return None
-
-
 def remove(path: Path, root: Path) -> Optional[str]:
     """Remove a file or a whole folder that lies in root's tree, following no link. Returns None when
     done, or why it was left (a link, or the OSError in one line) for the caller to name."""

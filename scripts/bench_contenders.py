@@ -27,6 +27,7 @@ from deepen_run.model import steps as backbone_steps
 from deepen_run.data import metrics as glue_metrics
 from deepen_run.run.fast import enable_tf32, fused_adamw_ok, make_accelerator, resolve_precision
 from deepen_run.run.context import RunContext
+from deepen_run.run.lifecycle import SignalGuard
 from deepen_run.methods import METHODS
 from deepen_run.model.heads import new_parameters, task_loss
 from deepen_run.run.predict import batch_inputs
@@ -83,12 +84,13 @@ def deepen_run(cfg, spec, tok, ordered, dev, init_state, lap, tracking_uri) -> d
     r = Recipe(cfg, ctx=ctx, method=METHODS["baseline"], model=model, optimizer=optimizer, scheduler=scheduler,
                accelerator=accelerator, tracker=tracker, sampler=sampler, streams={spec.name: loader},
                regression={spec.name: spec.is_regression}, dev={spec.name: dev_loader},
-               eval_specs={spec.name: spec}, saver=_LapSaver(lap), total=tcfg.max_steps, start=0)
+               eval_specs={spec.name: spec}, saver=_LapSaver(lap), signals=SignalGuard(), total=tcfg.max_steps,
+               start=0)
     torch.manual_seed(cfg.seed)
     lap.begin()
-    fit(r)
+    final = fit(r)
     tracker.end("FINISHED")
-    return {"dev_accuracy": ctx.evaluation.results[spec.name]["accuracy"]}
+    return {"dev_accuracy": final[f"eval/{spec.name}/accuracy"]}
 
 
 class _Lapper(TrainerCallback):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HANG, cli, isolated
-from deepen_run.run.train import long_run_warning
+from deepen_run.run.bookkeeping import long_run_warning
 
 
 @pytest.mark.subprocess

@@ -111,13 +111,13 @@ class FromRun(Exception):
         self.error = error
 
 
-def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
+def checked_run(cfg, tags: dict[str, str] | None = None, signals=None) -> float:
     """Resume lookup, pre-flight, signal handling, then the run itself."""
     from deepen_run.run import resume
     from contextlib import nullcontext
 
     from deepen_run.data.fingerprint import same_data
-    from deepen_run.run.lifecycle import SignalGuard, guard, run_dir_lock
+    from deepen_run.run.lifecycle import SignalGuard, run_dir_lock
     from deepen_run.run.preflight import check
 
     cfg, home = resume.resolve(cfg)
@@ -129,15 +129,15 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
         phase("checked")
         if home is not None:
             same_data(home, cfg, tasks)  # a resumed run trains on the data it started with
-        # This run's guard, given back after it (a sweep worker runs many); a sweep job installed its own.
-        installed = guard()
-        signals = installed if installed.previous else SignalGuard().install()
+        # This run's guard, given back after it; a sweep job passes the one it installed at its start.
+        own = signals is None
+        signals = SignalGuard().install() if own else signals
         from deepen_run.run.runner import run
 
         try:
-            return run(cfg, tasks, home, tags=tags)
+            return run(cfg, tasks, home, tags=tags, signals=signals)
         finally:
-            if signals is not installed:
+            if own:
                 signals.uninstall()
 
 

@@ -44,8 +44,10 @@ def duplicate(backbone: nn.Module, indices: Sequence[int], what: str = "method.l
     """Insert an independent deep copy of layer i right after layer i, for each i in `indices`
     (an index listed twice gets two copies). No weights change, nothing is trained.
 
-    Returns, for each position of the new stack, the original index it came from; the backbone
-    keeps that list as `layer_sources` (see sources()), so methods can name the copies.
+    Returns, for each position of the new stack, the original index it came from; the backbone's
+    config keeps that list as `layer_sources` beside num_hidden_layers and layer_types, which
+    describe the same stack (see sources()), so methods can name the copies and a saved deepened
+    model still says which layers are copies.
     """
     adapter.refuse_shared(backbone.config.model_type, what)
     layers = encoder_layers(backbone)
@@ -65,14 +67,15 @@ def duplicate(backbone: nn.Module, indices: Sequence[int], what: str = "method.l
     if isinstance(getattr(config, "layer_types", None), list) and len(config.layer_types) == depth:
         config.layer_types = [config.layer_types[s] for s in order]
     _renumber(encoder_layers(backbone), config)
-    backbone.layer_sources = [before[s] for s in order]
-    return list(backbone.layer_sources)
+    config.layer_sources = [before[s] for s in order]
+    return list(config.layer_sources)
 
 
 def sources(backbone: nn.Module) -> list[int]:
     """For each position of the layer stack, the original (0-based) layer it is, or is a copy of."""
-    found = getattr(backbone, "layer_sources", None)
-    return list(found) if found is not None else list(range(backbone.config.num_hidden_layers))
+    config = backbone.config
+    found = config.to_dict().get("layer_sources")  # a key of the config, absent until a duplication
+    return list(found) if found is not None else list(range(config.num_hidden_layers))
 
 
 def original_positions(sources: Sequence[int]) -> list[int]:

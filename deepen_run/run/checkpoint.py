@@ -28,7 +28,7 @@ from typing import Optional
 import numpy as np
 
 from deepen_run.errors import UserError
-from deepen_run.run.lifecycle import Interrupted, guard
+from deepen_run.run.lifecycle import Interrupted, SignalGuard
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"
@@ -158,13 +158,15 @@ def keeps_best(tcfg, total: int, predict: bool = False) -> bool:
 class Checkpointer:
     """Saves at save_every, on an interrupt, and the best weights; restores a resumed run."""
 
-    def __init__(self, home: Optional[Path], tcfg, accelerator, total: int, predict: bool = False):
+    def __init__(self, home: Optional[Path], tcfg, accelerator, total: int, predict: bool = False,
+                 signals: Optional[SignalGuard] = None):
         if home is None and tcfg.model_selection == "best":
             raise UserError("train.model_selection=best keeps the best weights in the run dir; this run has none")
         self.root = home / "checkpoints" if home is not None else None
         self.every = tcfg.save_every if home is not None else 0
         self.keep_best = home is not None and keeps_best(tcfg, total, predict)
         self.limit, self.acc, self.total = tcfg.save_total_limit, accelerator, total
+        self.signals = signals or SignalGuard()  # the run's guard (on_step raises its deferred signal)
         self.streams: dict[str, TaskStream] = {}
         self.step, self.saved_step = 0, -1
         self.best, self.best_step = -math.inf, None
@@ -270,10 +272,9 @@ class Checkpointer:
         self.step = done
         if self.every and done % self.every == 0 and done < self.total:
             self.save(done)
-        signals = guard()
-        if signals.pending is not None:
+        if self.signals.pending is not None:
             self.save(done)
-            signals.raise_pending()
+            self.signals.raise_pending()
 
     def on_interrupt(self) -> None:
         if self.step > 0:

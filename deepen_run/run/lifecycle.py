@@ -42,9 +42,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 class SignalGuard:
-    """The run's signal handlers, installed by the entry point for one run (cli.checked_run) and
-    removed after it. No module-level instance: the process's signal handler table is where the
-    installed guard lives, and `guard()` finds it there."""
+    """The run's signal handlers, installed by the entry point for one run (cli.checked_run, or a
+    sweep job from its start) and removed after it. No module-level instance: the entry point owns
+    it and passes it on (runner -> the recipe, the checkpointer); one never installed is inert."""
 
     DUPLICATE_S = 0.5  # the same signal twice this close together is one event (group + forwarded)
 
@@ -72,14 +72,6 @@ class SignalGuard:
             if getattr(signal.getsignal(sig), "__self__", None) is self:
                 signal.signal(sig, before if before is not None else signal.SIG_DFL)
 
-    def chain(self, signum: int) -> None:
-        """Once the run is saved and ended KILLED, let the handler we replaced act (submitit's
-        SIGUSR2 handler requeues the job, which then continues with resume=auto)."""
-        before = self.previous.get(signum)
-        if callable(before) and before is not signal.default_int_handler and \
-                not isinstance(getattr(before, "__self__", None), SignalGuard):
-            before(signum, None)
-
     def _handle(self, signum, frame) -> None:
         now = time.monotonic()
         if self.last[0] == signum and now - self.last[1] < self.DUPLICATE_S:
@@ -106,17 +98,6 @@ class SignalGuard:
         if self.pending is not None:
             signum, self.pending = self.pending, None
             raise Interrupted(signum)
-
-
-def guard() -> SignalGuard:
-    """The guard installed for this process's run, or an inert one (tests, threads, no run)."""
-    # Any of the signals: a library may replace one handler (seen: SIGTERM during a run under load),
-    # and the guard holding a pending signal must still be found.
-    for sig in SIGNALS:
-        owner = getattr(signal.getsignal(sig), "__self__", None)
-        if isinstance(owner, SignalGuard):
-            return owner
-    return SignalGuard()
 
 
 def provenance() -> dict[str, str]:

@@ -21,7 +21,7 @@ from deepen_run.run import summary
 from deepen_run.run.context import Run
 from deepen_run.run.names import SCORE_TAG, run_name, tags_for  # noqa: F401 (callers import them from here)
 from deepen_run.run.fast import make_accelerator
-from deepen_run.run.lifecycle import Interrupted, guard, provenance, reap_orphans
+from deepen_run.run.lifecycle import Interrupted, SignalGuard, provenance, reap_orphans
 from deepen_run.methods import METHODS
 from deepen_run.model.heads import new_parameters, param_report
 from deepen_run.config.redact import public_config
@@ -45,10 +45,12 @@ class RunKilled(Interrupted):
         return (RunKilled, (self.signum, self.checkpoint))
 
 
-def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) -> float:
+def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
+        signals: SignalGuard | None = None) -> float:
     """tasks: what the pre-flight returned (run/preflight.py's check, which the caller ran: the
     entry point, cli.run.checked_run); resume_home: the run dir of a killed run to continue
-    (deepen_run/run/resume.py), or None; tags: extra run tags (a sweep job's parent run and sweep id)."""
+    (deepen_run/run/resume.py), or None; tags: extra run tags (a sweep job's parent run and sweep id);
+    signals: the guard the entry point installed for this run (None: an inert one, no handlers)."""
     home = resume_home or current_dir()
     accelerator = make_accelerator(cfg.train)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
@@ -78,7 +80,7 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
 
     before = tracker.status(run_id) if run_id else ""
     where = {"run_dir": str(home)} if home is not None else {}  # what the orphan reaper checks for checkpoints
-    signals = guard()
+    signals = signals or SignalGuard()
     # A signal while the run is being created waits until the try below, where it ends the run KILLED:
     # raised in between, it would leave the run RUNNING under a live process (a sweep worker idles on).
     with signals.deferred():
@@ -110,12 +112,13 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
             return float("nan")
         from deepen_run.run import train  # data, metrics, figures: only for a run that trains
 
-        recipe = train.setup(cfg, Run(tasks, model, method, new_params, accelerator, tracker, home, resume_home))
+        recipe = train.setup(cfg, Run(tasks, model, method, new_params, accelerator, tracker, home, resume_home,
+                                       signals))
         restored = True
         if run_id:
             accelerator.print(f"resuming run {run_name(cfg)} ({run_id}) at step {recipe.start} of {recipe.total}")
         phase("data")
-        score = train.fit(recipe)
+        score = train.fit(recipe)["eval/score"]
         # The runs table shows a metric's every digit, cut off (0.77522935…); this column reads at a glance.
         tracker.set_tags({SCORE_TAG: f"{score:.4f}"})
         publish.publish(cfg, tasks, accelerator.unwrap_model(recipe.model), recipe.ctx.tokenizer, tracker,

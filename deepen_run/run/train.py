@@ -3,8 +3,9 @@
   setup  tokenizer and data, loaders, the task sampler, optimizer and schedule, Accelerate's device
          placement, a resumed checkpoint -> a Recipe (the run's pieces)
   fit    the loop: single-task batches drawn by the schedule, one train_step each (its micro-batches),
-         the loss logged at log_every, evaluation at eval_every / once an epoch / at the end, checkpoints
-         at save_every; then the final record, the test-set submission, the method's after_train hook
+         evaluation at eval_every / once an epoch / at the end; then final_record: the record, the
+         test-set submission, the method's after_train hook. The counters around the steps (loss
+         logged at log_every, progress, checkpoints at save_every) are run/bookkeeping.py's.
 
 No trainer class and no callbacks: the loop is in fit. The method has already decided what trains
 (requires_grad); the loop never asks which method it runs.
@@ -23,7 +24,6 @@ import torch
 from deepen_run.model import backbone as bb
 from deepen_run.run import checkpoint as ck
 from deepen_run.data import loaders as gd
-from deepen_run.data import metrics as glue_metrics
 from deepen_run.model import steps as backbone_steps
 from deepen_run.run import submission
 from deepen_run.run.context import Run, RunContext
@@ -32,29 +32,15 @@ from deepen_run.errors import NonFiniteLoss
 from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
 from deepen_run.run.fast import run_params
-from deepen_run.run.lifecycle import guard
+from deepen_run.run.lifecycle import SignalGuard
+from deepen_run.run.bookkeeping import Bookkeeping, log_run_records
 from deepen_run.run.optim import optimizer_for, scheduler_for  # noqa: F401 (part of this module's API)
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
-from deepen_run.run.progress import TaskLosses, progress, quiet_libraries
+from deepen_run.run.progress import quiet_libraries
 from deepen_run.data.sampling import TaskSampler, epoch_length
 from deepen_run.util import phase
-
-
-LONG_RUN_S = 3600  # a run the measured step rate puts past this gets a warning with ways to cut it
-TIMED_STEPS = 5  # steps timed for that estimate, after the first (which pays for warm-up)
-
-
-def long_run_warning(seconds_per_step: float, steps_left: int) -> str | None:
-    """The line a long run prints after its first steps, or None for a run of under an hour."""
-    left = seconds_per_step * steps_left
-    if left < LONG_RUN_S:
-        return None
-    h, m = divmod(round(left / 60), 60)
-    return (f"deepen-run: this run needs about {h} h {m:02d} min more at {seconds_per_step:.2f} s/step "
-            f"({steps_left:,} steps to go, evaluation not counted); to cut it, train on a subset "
-            "(data.max_train_samples=2000) or fewer steps (train.max_steps=300)")
 
 
 def forever(loader) -> Iterator[dict]:
@@ -80,6 +66,7 @@ class Recipe:
     dev: dict  # eval name -> prepared dev loader
     eval_specs: dict  # eval name -> TaskSpec
     saver: ck.Checkpointer
+    signals: SignalGuard  # the run's: steps defer a signal to their end, evaluation raises it at once
     total: int  # steps of the whole run
     start: int  # the first step to run: 0, or a resumed checkpoint's step
     undefined: list = field(default_factory=list)  # metrics already reported undefined (warned once)
@@ -113,117 +100,74 @@ def setup(cfg, run: Run) -> Recipe:
     scheduler = scheduler_for(optimizer, tcfg, total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
-    saver = ck.Checkpointer(run.home, tcfg, accelerator, total, predict=cfg.predict)
+    saver = ck.Checkpointer(run.home, tcfg, accelerator, total, predict=cfg.predict, signals=run.signals)
     streams = saver.wrap(loaders, {t: cfg.seed + i for i, t in enumerate(data)})
     start = saver.restore(ck.usable(run.resume_home) if run.resume_home else None)
     dev = {k: accelerator.prepare(v) for k, v in dev.items()}
     return Recipe(cfg, ctx, run.method, model, optimizer, scheduler, accelerator, tracker, sampler, streams,
                   regression={t.name: t.is_regression for t in tasks}, dev=dev,
-                  eval_specs={name: d.spec for d in data.values() for name in d.dev}, saver=saver, total=total,
-                  start=start)
+                  eval_specs={name: d.spec for d in data.values() for name in d.dev}, saver=saver,
+                  signals=run.signals, total=total, start=start)
 
 
-def fit(r: Recipe) -> float:
-    """Steps [start, total), then the final record. Returns the final eval/score."""
-    tcfg, acc, tracker, data = r.cfg.train, r.accelerator, r.tracker, r.ctx.data
-    if r.start == 0:  # the N_i the sampler uses: what is trained on, after train_fraction / max_train_samples
-        tracker.log_metrics({f"data/train_examples/{t}": len(d.train) for t, d in data.items()}, 0)
-    if len(data) > 1:
-        from deepen_run.figures import sampling_plot  # matplotlib: 0.5 s of imports a single-task run skips
-
-        table = r.sampler.table()
-        tracker.log_csv(table, "sampling/probabilities.csv")
-        tracker.log_figure(sampling_plot(table, list(data)), "sampling/probabilities.png")
-
-    t0 = time.time()
+def fit(r: Recipe) -> dict:
+    """Steps [start, total), then the final record. Returns the final evaluation's eval/* metrics."""
+    log_run_records(r)
+    t0, gas = time.time(), r.cfg.train.gradient_accumulation_steps
     batches = {t: forever(s) for t, s in r.streams.items()}
     r.model.train()
-    running = torch.zeros((), device=acc.device)
-    # A resumed run logs the sampling probabilities of its epoch only if it starts a new one.
-    seen, last, epoch = 0, None, r.sampler.epoch_of(r.start - 1) if r.start else None
-    stopper = EarlyStop(tcfg, r.saver)  # train.early_stopping_patience (deepen_run/run/early_stop.py)
+    stopper = EarlyStop(r.cfg.train, r.saver)  # train.early_stopping_patience (deepen_run/run/early_stop.py)
     if stopper.stopped_at:  # resumed after it had stopped early: only the tail is left
         r.total = stopper.stopped_at
-    bar = progress(r.total, r.start, disable=not acc.is_main_process)
-    by_task = TaskLosses()
-    step_time = 0.0  # seconds in training steps (forward, backward, update), without logging and evaluation
-    imports = None  # the metric imports' thread, started after the first step
-    signals = guard()
+    book, last = Bookkeeping(r), None
     try:
-        with signals.deferred():  # signals wait for the end of the step, then save and stop
+        with r.signals.deferred():  # signals wait for the end of the step, then save and stop
             for step in range(r.start, r.total):
-                t_step = time.perf_counter()
+                started = book.begin(step)
                 task = r.sampler.task(step)
-                if r.sampler.epoch_of(step) != epoch and len(r.streams) > 1:
-                    epoch = r.sampler.epoch_of(step)
-                    tracker.log_metrics({f"sampling/p/{t}": p for t, p in r.sampler.probs(epoch).items()}, step)
-                for _ in range(tcfg.gradient_accumulation_steps):
-                    part = train_step(r, task, next(batches[task]), step) / tcfg.gradient_accumulation_steps
-                    running += part
-                    by_task.add(task, part, 1 / tcfg.gradient_accumulation_steps)
-                step_time += time.perf_counter() - t_step
-                seen += 1
-                done = step + 1
-                r.saver.step = done  # the state is now step `done`'s, whatever fails before on_step
-                bar.update(1)
-                if done == r.start + 1:
-                    phase("first_step")
-                    imports = glue_metrics.preload()  # ready for the first evaluation
-                    t_timed = time.perf_counter()
-                elif done == r.start + 1 + TIMED_STEPS and acc.is_main_process:
-                    warn = long_run_warning((time.perf_counter() - t_timed) / TIMED_STEPS, r.total - done)
-                    if warn:
-                        bar.write(warn, file=sys.stderr)  # above the bar in a terminal
-                if done % tcfg.log_every == 0 or done == r.total:
-                    # Averaged on the device; read back (a host sync) only at logging cadence. With several
-                    # processes, the mean over all of them (every rank reaches this line at the same step).
-                    mean = acc.reduce(running / seen, reduction="mean").item()
-                    tracker.log_metrics({"train/loss": mean, "train/lr": r.scheduler.get_last_lr()[0],
-                                         "train/epoch": r.sampler.epoch_of(step)}, done)
-                    shown = by_task.line()  # each task's own mean (the console only)
-                    bar.set_postfix(loss=shown if len(r.streams) > 1 else f"{mean:.4f}")
-                    running.zero_()
-                    seen = 0
-                r.saver.on_step(done)  # a periodic checkpoint; a deferred signal stops the run here, saved
-                if done == r.total:
-                    phase("steps")
-                if (tcfg.eval_every > 0 and done % tcfg.eval_every == 0) or done == r.total or \
-                        (tcfg.eval_per_epoch and done % r.sampler.steps_per_epoch == 0):  # once per epoch, any length
+                for _ in range(gas):
+                    book.add(task, train_step(r, task, next(batches[task]), step) / gas, 1 / gas)
+                done = book.end(step, started)
+                if book.evaluates_at(done):
                     last = evaluate_and_keep(r, done)
-                    bar.set_postfix(score=f"{last[0].get('eval/score', float('nan')):.4f}")
+                    book.bar.set_postfix(score=f"{last[0].get('eval/score', float('nan')):.4f}")
                     if stopper.update(last[0].get("eval/score", float("nan")), done, r.total):
                         # The run ends at this step: what follows records, selects and predicts here.
-                        r.total = stopper.record(tracker, r.total, lambda m: acc.is_main_process and
-                                                 bar.write(m, file=sys.stderr))
+                        r.total = stopper.record(r.tracker, r.total, lambda m: r.accelerator.is_main_process and
+                                                 book.bar.write(m, file=sys.stderr))
                         break
-            bar.close()
-            if r.total > r.start:
-                tracker.log_metrics({"train/step_time_s": step_time / (r.total - r.start)}, r.total)
+            book.close()
         # A signal after the last step's check (during the final evaluation's logging, the bar) waited
         # for a step end that will not come: it stops the run here, the last step saved.
-        signals.raise_pending()
-        final, ev = last or evaluate_and_keep(r, r.total)  # resumed from a checkpoint at the last step
-        if tcfg.model_selection == "best":
-            final, ev = select_best(r, final, ev)
-        phase("eval")
-        tracker.log_metrics({"train/runtime_s": time.time() - t0}, r.total)
-        # The tail (final record, predictions, after_train) may be stopped too: the checkpoint of the
-        # last step saved on the way out lets resume=auto complete this same run.
-        record(tracker, data, ev, final, r.total)
-        if r.cfg.predict:
-            rows = submission.write(r.model, acc, tracker, data, r.ctx.tokenizer, tcfg.eval_batch_size)
-            acc.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()) +
-                      f"; {submission.ZIP}: {submission.missing_line(rows)}")
-        # after_train's context is built with the final evaluation it reads (the run's own stays as set up)
-        hook(r.method, "after_train")(acc.unwrap_model(r.model), replace(r.ctx, evaluation=ev))
-        phase("recorded")
+        r.signals.raise_pending()
+        return final_record(r, last, t0)
     except (KeyboardInterrupt, TrackingLost):  # a signal, or the store gone: keep what resume=auto needs
         r.saver.on_interrupt()
         raise
     finally:
-        if imports is not None:  # a run that fails right after its first step: no import left running
-            imports.join()
-    return final["eval/score"]
+        book.join()
+
+
+def final_record(r: Recipe, last: tuple[dict, Evaluation] | None, t0: float) -> dict:
+    """After the last step: its evaluation (made now if a resume starts at the last step), the best
+    weights if model_selection=best, the record, the test-set submission, the after_train hook.
+    The tail may be stopped too: the checkpoint of the last step saved on the way out lets
+    resume=auto complete this same run."""
+    final, ev = last or evaluate_and_keep(r, r.total)
+    if r.cfg.train.model_selection == "best":
+        final, ev = select_best(r, final, ev)
+    phase("eval")
+    r.tracker.log_metrics({"train/runtime_s": time.time() - t0}, r.total)
+    record(r.tracker, r.ctx.data, ev, final, r.total)
+    if r.cfg.predict:
+        rows = submission.write(r.model, r.accelerator, r.tracker, r.ctx.data, r.ctx.tokenizer,
+                                r.cfg.train.eval_batch_size)
+        r.accelerator.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()) +
+                            f"; {submission.ZIP}: {submission.missing_line(rows)}")
+    # after_train's context is built with the final evaluation it reads (the run's own stays as set up)
+    hook(r.method, "after_train")(r.accelerator.unwrap_model(r.model), replace(r.ctx, evaluation=ev))
+    phase("recorded")
+    return final
 
 
 def train_step(r: Recipe, task: str, batch: dict, step: int) -> torch.Tensor:
@@ -250,7 +194,7 @@ def train_step(r: Recipe, task: str, batch: dict, step: int) -> torch.Tensor:
 
 def evaluate_dev(r: Recipe) -> tuple[dict, Evaluation]:
     """Every dev set through the model: -> (flat eval/* metrics, the evaluation). Nothing else."""
-    with guard().deferred(False):  # a signal during evaluation stops it at once
+    with r.signals.deferred(False):  # a signal during evaluation stops it at once
         ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)
     return eval_metrics(ev.results, {name: s.name for name, s in r.eval_specs.items()}), ev
 

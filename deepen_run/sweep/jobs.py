@@ -100,7 +100,7 @@ class SweepJob:
         stopped = None
         try:
             self._stop_if_told()
-            score = float(run_fn(cfg, tags=self.tags()))
+            score = float(run_fn(cfg, tags=self.tags(), signals=signals))
             outcome = {"status": "FINISHED", "name": name, "score": score}
         except KeyboardInterrupt as e:  # the run ended KILLED (with a checkpoint if one was saved)
             signals.defer = True  # from here, another copy of the signal waits (and is dropped)
