@@ -168,12 +168,15 @@ def test_outputs_equal_the_authors_computation(variant, extra, reference):
         for name, p in parts.named_parameters():
             if "norm" in name:
                 p.add_(0.3 * torch.randn_like(p))
-    model.eval()
+    # In float64 both sides: the equations must agree, not two CPUs' fp32 summation orders (an
+    # AVX-512 machine differed from an AVX2 one by 1.07e-6 in fp32).
+    model.eval().double()
     x = batch()
     with torch.no_grad():
         for t in TASKS:
-            got = model(t, **x).logits.double()
-            want = reference(model, t, x).double()
+            got = model(t, **x).logits
+            want = reference(model, t, x)
+            assert got.dtype == want.dtype == torch.float64
             assert (got - want).abs().max().item() < 1e-6, t
         # The task routes: another task's parameters give other logits; the plain backbone others again.
         assert not torch.allclose(model("sst2", **x).logits, model("rte", **x).logits[:, :2], atol=1e-3)
