@@ -78,7 +78,10 @@ class Extractor(nn.Module):
         else:  # final states: forward's at the last real token, backward's at the first
             last = out.gather(1, (lengths - 1).view(-1, 1, 1).expand(-1, 1, out.shape[-1])).squeeze(1)
             s = torch.cat([last[:, : d // 2], out[:, 0, d // 2:]], dim=-1)
-        return self.score(s).view(J, B).t().softmax(dim=-1)
+        # The softmax in fp32 at least, under bf16 autocast too: the importances a run reports sum to 1
+        # (bf16 rounding moved their mean's sum by 2e-5); a no-op in fp32 and fp64.
+        scores = self.score(s).view(J, B).t()
+        return scores.to(torch.promote_types(scores.dtype, torch.float32)).softmax(dim=-1)
 
 
 class Hire(nn.Module):
@@ -101,7 +104,7 @@ class Hire(nn.Module):
         if self.extractor is not None:
             alpha = self.extractor(layers, mask)
         else:
-            alpha = self.fixed.to(last.dtype).expand(last.shape[0], -1)
+            alpha = self.fixed.expand(last.shape[0], -1)  # fp32, as the extractor's (mixed below in layers' dtype)
         a = torch.einsum("bj,jbtd->btd", alpha.to(layers.dtype), layers)
         fused = self.fuse(torch.cat([last, a, last + a, last * a], dim=-1), mask.sum(1), mask)
         return fused, alpha
