@@ -82,12 +82,13 @@ def test_bench_counts_model_flops_and_sorts_profile_ops():
                                               "aten::_foreach_mul_", "aten::copy_", "aten::_to_copy", "aten::to",
                                               "aten::native_layer_norm_backward", "aten::_softmax",
                                               "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::gelu",
-                                              "aten::add_", "aten::sum")}
+                                              "aten::add_", "aten::sum", "aten::bernoulli_", "aten::native_dropout")}
     assert groups == {"aten::mm": "matmuls", "aten::addmm": "matmuls", "aten::bmm": "matmuls",
                       "aten::_fused_adamw_": "optimizer", "aten::_foreach_mul_": "optimizer", "aten::copy_": "casts",
                       "aten::_to_copy": "casts", "aten::to": "casts", "aten::native_layer_norm_backward": "norms",
                       "aten::_softmax": "attention", "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
-                      "aten::gelu": "other", "aten::add_": "other", "aten::sum": "other"}
+                      "aten::gelu": "other", "aten::add_": "other", "aten::sum": "other",
+                      "aten::bernoulli_": "dropout masks", "aten::native_dropout": "dropout masks"}
 
 
 def test_bench_profile_shares_and_limit_table_on_a_tiny_encoder():
