@@ -1,6 +1,7 @@
 """Which precision a run computes in: train.mixed_precision=auto -> bf16 where the hardware runs bf16
 matmuls natively, else fp32 (docs/performance.md). Used by the run (deepen_run/run/fast.py) and by
-deepen_run.load, which predicts at the precision its run evaluated in."""
+deepen_run.load, which predicts at the precision its run evaluated in. And the attention kernel
+that goes with it (train.attention, choose_attention)."""
 from __future__ import annotations
 
 import torch
@@ -46,3 +47,23 @@ def precision_choice(value: str) -> tuple[str, str]:
 def resolve_precision(value: str) -> str:
     """Accelerate's mixed_precision for train.mixed_precision (one of config.choices.Precision)."""
     return precision_choice(value)[0]
+
+
+def choose_attention(value: str, precision: str, cuda: bool) -> tuple[str | None, str]:
+    """-> (transformers' attn_implementation, or None for its default; why). auto = eager for bf16 on
+    a CPU: in training (dropout on) torch's CPU SDPA takes its math path, and transformers' eager
+    attention trained a bf16 MiniLM step 1.10x faster than it on an AVX-512 BF16 CPU
+    (scripts/bench_attention.py). Elsewhere the default (sdpa): fp32 runs keep their exact path.
+    Pure, for the test."""
+    if value != "auto":
+        return str(value), "set by train.attention"
+    if precision == "bf16" and not cuda:
+        return "eager", "auto: bf16 on a CPU"
+    return None, "auto: transformers' default"
+
+
+def attention_choice(tcfg) -> tuple[str | None, str]:
+    """choose_attention for a run's train config on this machine; the backbone is built with it
+    (model/steps.py), by a run and by deepen_run.load alike."""
+    precision = precision_choice(tcfg.mixed_precision)[0]
+    return choose_attention(str(tcfg.get("attention", "auto")), precision, torch.cuda.is_available())

@@ -16,6 +16,7 @@ from deepen_run.data.glue import get_tasks
 from deepen_run.errors import UserError
 from deepen_run.methods import METHODS
 from deepen_run.model import adapter, probe, steps
+from deepen_run.precision import attention_choice
 from deepen_run.model import backbone as bb
 from deepen_run.model.families import FAMILIES
 from deepen_run.model.heads import new_parameters
@@ -94,12 +95,15 @@ def test_gated_copies_are_exact_at_step_0(family):
 @pytest.mark.parametrize("family", DISTINCT)
 def test_a_saved_deepened_model_reloads_as_itself(family, tmp_path):
     init = "gated" if FAMILIES[family].pre_ln else "plain"  # a post-LN gate is a hook: not in the HF class
-    deep, _, _ = load(tiny(family, "backbone.duplicate_layers=[1,0]", f"backbone.duplicate_init={init}"))
+    cfg = tiny(family, "backbone.duplicate_layers=[1,0]", f"backbone.duplicate_init={init}")
+    deep, _, _ = load(cfg)
     with torch.no_grad():  # the copies move away from their sources, as training would move them
         for p in deep.parameters():
             p.add_(torch.randn_like(p) * 0.01)
     deep.eval().save_pretrained(tmp_path)
-    back = AutoModel.from_pretrained(tmp_path).eval()
+    # With the attention kernel the run chose (train.attention): transformers does not save it.
+    kernel = attention_choice(cfg.train)[0]
+    back = AutoModel.from_pretrained(tmp_path, **({"attn_implementation": kernel} if kernel else {})).eval()
     assert back.config.num_hidden_layers == 4 == len(adapter.layers(back))
     assert getattr(back.config, "layer_types", None) == getattr(deep.config, "layer_types", None)
     x = adapter.inputs(deep, **batch())

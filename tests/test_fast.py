@@ -1,9 +1,10 @@
-"""The device fast paths (deepen_run/run/fast.py): which precision and AdamW kernel a run picks, and
-that the run records them as params."""
+"""The device fast paths (deepen_run/run/fast.py): which precision, AdamW kernel and attention kernel a
+run picks, and that the run records them as params."""
 import pytest
 import torch
 
 from conftest import cli, runs_of
+from deepen_run.precision import choose_attention
 from deepen_run.run.fast import adamw_kwargs, choose_precision, cpu_flags, optimizer_impl, resolve_precision
 
 TINY = ["backbone=tiny", "task=rte", "train.batch_size=8", "data.max_train_samples=32", "data.max_eval_samples=32",
@@ -20,6 +21,25 @@ def test_auto_is_bf16_only_where_the_hardware_runs_it_natively():
     for value in ("no", "bf16", "fp16"):  # an explicit choice is never second-guessed
         assert choose_precision(value, True, {"amx_bf16"}) == (value, "set by train.mixed_precision")
     assert resolve_precision("no") == "no"
+
+
+def test_attention_auto_is_eager_only_for_bf16_on_a_cpu():
+    assert choose_attention("auto", "bf16", cuda=False) == ("eager", "auto: bf16 on a CPU")
+    for precision, cuda in (("no", False), ("bf16", True), ("fp16", True), ("no", True)):
+        assert choose_attention("auto", precision, cuda) == (None, "auto: transformers' default")
+    for value in ("sdpa", "eager"):  # an explicit choice is kept
+        assert choose_attention(value, "bf16", False) == (value, "set by train.attention")
+
+
+def test_the_backbone_is_built_with_the_chosen_attention():
+    from conftest import make_cfg
+    from deepen_run.model import steps
+
+    for value, want in (("eager", "eager"), ("sdpa", "sdpa")):
+        backbone = steps.load(make_cfg("backbone=tiny", "backbone.duplicate_layers=[0]", f"train.attention={value}"))[0]
+        assert backbone.config._attn_implementation == want  # transformers' record of what its layers call
+    fp32 = steps.load(make_cfg("backbone=tiny", "train.mixed_precision=no"))[0]
+    assert fp32.config._attn_implementation == "sdpa"  # auto in fp32: the default, the exact path of before
 
 
 def test_cpu_flags_read_the_flags_line(tmp_path):
@@ -50,12 +70,14 @@ def test_the_run_records_its_precision_and_optimizer(tmp_path, glue_dir):
         r = cli(*TINY, *extra, f"tracking.uri={uri}", f"data.glue_dir={glue_dir}")
         assert r.returncode == 0, r.stderr[-3000:]
     _, (fp32, auto) = runs_of(uri)
-    assert {k: fp32.data.params[k] for k in ("train/precision", "train/precision_reason", "train/optimizer_impl")} \
+    assert {k: fp32.data.params[k] for k in ("train/precision", "train/precision_reason", "train/optimizer_impl",
+                                             "train/attention")} \
         == {"train/precision": "no", "train/precision_reason": "set by train.mixed_precision",
-            "train/optimizer_impl": "foreach"}
+            "train/optimizer_impl": "foreach", "train/attention": "default"}
     expected = resolve_precision("auto")  # this machine's answer
     assert auto.data.params["train/precision"] == expected and auto.data.params["train/optimizer_impl"] == "fused"
     assert auto.data.params["train/precision_reason"].startswith("auto: ")
+    assert auto.data.params["train/attention"] == ("eager" if expected == "bf16" else "default")
     r = cli(*TINY, "train.optimizer_impl=adam8bit", f"tracking.uri={uri}", f"data.glue_dir={glue_dir}")
     assert r.returncode == 2 and "train.optimizer_impl" in r.stderr and "fused" in r.stderr, r.stderr
 

@@ -36,6 +36,14 @@ class OptimizerImpl(StrEnum):
     loop = "loop"
 
 
+class Attention(StrEnum):
+    """train.attention: the backbone's attention implementation (transformers' attn_implementation);
+    auto = eager for bf16 on a CPU, else transformers' default (deepen_run/precision.py)."""
+    auto = "auto"
+    sdpa = "sdpa"
+    eager = "eager"
+
+
 class Selection(StrEnum):
     """train.model_selection: whose evaluation is the run's result (deepen_run/run/train.py)."""
     final = "final"

@@ -58,7 +58,8 @@ def load(cfg):
     """The backbone of a run: loaded, then every step applied. -> (backbone, the parameters it was
     loaded with, Added): what model.new_parameters needs to tell pretrained weights from new ones."""
     from deepen_run.model import backbone as bb
+    from deepen_run.precision import attention_choice
 
-    backbone, fresh = bb.load_model(cfg.backbone, with_fresh=True)
+    backbone, fresh = bb.load_model(cfg.backbone, with_fresh=True, attention=attention_choice(cfg.train)[0])
     loaded = tuple(backbone.parameters())
     return backbone, loaded, apply(backbone, cfg, fresh)

@@ -17,7 +17,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, TorchDynamoPlugin
 
 # The precision choice lives below run/: deepen_run.load predicts at its run's precision too.
-from deepen_run.precision import (CPU_BF16_FLAGS, choose_precision, cpu_flags,  # noqa: F401
+from deepen_run.precision import (CPU_BF16_FLAGS, attention_choice, choose_precision, cpu_flags,  # noqa: F401
                                   precision_choice, resolve_precision)
 
 
@@ -56,8 +56,10 @@ def adamw_kwargs(impl: str) -> dict:
 def run_params(tcfg, device_type: str) -> dict[str, str]:
     """What the run trains with, as params: the precision and why, AdamW's kernel."""
     precision, reason = precision_choice(tcfg.mixed_precision)
+    attention, why = attention_choice(tcfg)
     return {"train/precision": precision, "train/precision_reason": reason,
-            "train/optimizer_impl": optimizer_impl(tcfg.get("optimizer_impl", "auto"), device_type)}
+            "train/optimizer_impl": optimizer_impl(tcfg.get("optimizer_impl", "auto"), device_type),
+            "train/attention": attention or "default", "train/attention_reason": why}
 
 
 def cpu_processes() -> bool:
