@@ -130,14 +130,14 @@ def load_model(cfg, with_fresh: bool = False, attention: str | None = None):
     (pretrained=false) stands in for a pretrained one: none of its parameters count as fresh.
     attention: transformers' attn_implementation (None: its default), set before any layer is built
     or copied, so every layer of the stack uses it."""
-    kw = {"attn_implementation": attention} if attention else {}
     if not cfg.pretrained:
-        model = AutoModel.from_config(architecture(cfg), **kw)
+        model = AutoModel.from_config(architecture(cfg), attn_implementation=attention)
         return (model, ()) if with_fresh else model
     path = resolve(cfg.path)
     try:
         model, info = AutoModel.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
-                                                local_files_only=local_only(path), output_loading_info=True, **kw)
+                                                local_files_only=local_only(path), output_loading_info=True,
+                                                attn_implementation=attention)
     except OSError as e:
         raise UserError(_hub_hint(cfg.path)) from e
     if not with_fresh:

@@ -130,7 +130,7 @@ def rebuild(cfg, backbone_config, weights: Optional[Path], hf_task: Optional[str
     # The attention kernel the run's config picks on this machine, as the run built it (model/steps.py):
     # the kernels round differently in bf16, and a prediction must be the run's own.
     attention = attention_choice(cfg.train)[0] if "train" in cfg else None
-    backbone = AutoModel.from_config(backbone_config, **({"attn_implementation": attention} if attention else {}))
+    backbone = AutoModel.from_config(backbone_config, attn_implementation=attention)
     backbone_steps.apply(backbone, cfg)
     model = METHODS[cfg.method.name].build(backbone, cfg.method, tasks)
     if weights is not None:
