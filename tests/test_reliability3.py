@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -362,3 +363,31 @@ def test_a_run_records_its_config_before_its_run_file(tmp_path, glue_dir, monkey
     assert not (home / "run.json").exists()
     saved = (home / RUN_CONFIG).read_text()
     assert "run_name: seed=1 · job" in saved
+
+
+@pytest.mark.parametrize("copies", [False, True])
+def test_a_late_copy_of_the_signal_is_dropped_in_a_sweep_worker(copies):
+    """The launcher passes on to a worker's job the Ctrl-C its process group already got; on a loaded
+    machine that copy can come long after the DUPLICATE_S window, while the job saves and ends its run.
+    In a worker (repeats_are_copies) it is dropped; a run of its own still stops at once on a second one,
+    and another signal still stops a worker's job."""
+    import signal as sig
+
+    from deepen_run.run.lifecycle import Interrupted, SignalGuard
+
+    guard = SignalGuard(repeats_are_copies=copies).install()
+    try:
+        with guard.deferred():
+            os.kill(os.getpid(), sig.SIGINT)  # the first: deferred to the end of the step
+            assert guard.pending == sig.SIGINT
+            time.sleep(SignalGuard.DUPLICATE_S + 0.2)
+            if copies:
+                os.kill(os.getpid(), sig.SIGINT)  # the launcher's late copy
+                assert guard.pending == sig.SIGINT
+                with pytest.raises(Interrupted):
+                    os.kill(os.getpid(), sig.SIGTERM)  # not a copy: stops at once
+            else:
+                with pytest.raises(Interrupted):
+                    os.kill(os.getpid(), sig.SIGINT)  # a user's second Ctrl-C
+    finally:
+        guard.uninstall()

@@ -48,7 +48,12 @@ class SignalGuard:
 
     DUPLICATE_S = 0.5  # the same signal twice this close together is one event (group + forwarded)
 
-    def __init__(self):
+    def __init__(self, repeats_are_copies: bool = False):
+        # A sweep job in a worker of its launcher: the launcher passes on the signal the process group
+        # already gave the worker, and on a loaded machine that copy may come seconds later, while the
+        # run is saving its checkpoint or ending KILLED. There every repeat of a signal is that copy:
+        # a user's second Ctrl-C stops the launcher itself, whose end stops the workers (SIGTERM).
+        self.repeats_are_copies = repeats_are_copies
         self.defer = False
         self.pending: int | None = None
         self.last: tuple[int, float] = (0, -1e9)  # the last signal and when it came
@@ -74,7 +79,7 @@ class SignalGuard:
 
     def _handle(self, signum, frame) -> None:
         now = time.monotonic()
-        if self.last[0] == signum and now - self.last[1] < self.DUPLICATE_S:
+        if self.last[0] == signum and (self.repeats_are_copies or now - self.last[1] < self.DUPLICATE_S):
             return  # the sweep's launcher forwarded the Ctrl-C the process group already got
         self.last = (signum, now)
         if self.defer and self.pending is None:

@@ -91,7 +91,10 @@ class SweepJob:
         if kept is not None:  # FINISHED by an earlier attempt of this sweep: counted, not trained again
             write_json(self.jobs / f"{self.num}.json", kept | {"name": name})
             return kept["score"]
-        signals = SignalGuard().install()  # from the job's start: a signal while it loads ends it KILLED too
+        launcher = self.info.get("launcher_pid")
+        # From the job's start: a signal while it loads ends it KILLED too. In a worker of the launcher a
+        # repeated signal is the launcher's copy of the first (lifecycle.SignalGuard).
+        signals = SignalGuard(repeats_are_copies=bool(launcher) and os.getppid() == launcher).install()
         write_json(self.jobs / f"{self.num}.start.json", {"overrides": self.overrides, "pid": os.getpid(),
                                                            "home": str(current_dir())})
         watchdog = OrphanWatch.of_this_process(self.info.get("launcher_pid"))
