@@ -178,3 +178,27 @@ def test_jobs_published_one_a_file_join_into_rows(tmp_path):
     # a lone job whose fixed draw equals its seed is not folded: one seed is no evidence of following it
     lone, _ = from_csv.load_all([files[3], files[0]])
     assert {r["config"]["method.random_seed"] for r in lone} == {"101", "0"}
+
+
+def test_a_setting_added_later_joins_at_auto_and_splits_when_set(tmp_path):
+    """A job published after train.attention existed (at auto: what earlier runs did) joins the
+    rows of jobs published before it; a value set by hand makes a row of its own."""
+    import csv
+    import json
+
+    head = ["row", "backbone", "method", "setup", "settings", "task", "seed", "value", "runs", "git_commits", "config"]
+    files = []
+    for seed, extra in (("101", {}), ("102", {"train.attention": "auto", "train.dropout_masks": "auto"}),
+                        ("103", {"train.attention": "eager"})):
+        cfg = {"backbone.name": "minilm", "method.name": "baseline", "train.max_steps": "300"} | extra
+        path = tmp_path / f"job-{seed}.csv"
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(head)
+            w.writerow(["1", "minilm", "baseline", "single-task", "-", "sst2", seed, 80, 1, "abc",
+                        json.dumps(cfg, sort_keys=True)])
+        files.append(path)
+    rows, keys = from_csv.load_all(files)
+    seeds = sorted(sorted(r["per_seed"]["sst2"]) for r in rows)
+    assert seeds == [["101", "102"], ["103"]], seeds
+    assert [dict(k).get("train.attention") for k in keys if len(dict(k)) == 4] == ["eager"]

@@ -44,6 +44,10 @@ def config_of(backbone: str, method: str, setup: str, settings: str) -> dict[str
 # several machines join on the settings the study sets.
 LOCAL = ("data.glue_dir",)
 CHOSEN = "train/"
+# Settings added after files had been published, whose `auto` is what the runs before them did (the
+# run records what auto chose under train/): at auto they are left out of the key, so a job published
+# after them joins the rows of the jobs published before. A value set by hand stays in the key.
+AUTO_SINCE = ("train.attention", "train.dropout_masks")
 
 
 def key_of(line: dict, path: Path, n: int) -> tuple | None:
@@ -52,7 +56,8 @@ def key_of(line: dict, path: Path, n: int) -> tuple | None:
         return None
     try:
         cfg = json.loads(line["config"])
-        return tuple(sorted((k, v) for k, v in cfg.items() if k not in LOCAL and not k.startswith(CHOSEN)))
+        return tuple(sorted((k, v) for k, v in cfg.items() if k not in LOCAL and not k.startswith(CHOSEN)
+                            and not (k in AUTO_SINCE and v == "auto")))
     except (ValueError, AttributeError):
         raise UserError(f"{path}, line {n}: the config column is not a JSON object of settings") from None
 
