@@ -67,3 +67,20 @@ def attention_choice(tcfg) -> tuple[str | None, str]:
     (model/steps.py), by a run and by deepen_run.load alike."""
     precision = precision_choice(tcfg.mixed_precision)[0]
     return choose_attention(str(tcfg.get("attention", "auto")), precision, torch.cuda.is_available())
+
+
+def choose_dropout_masks(value: str, precision: str, cuda: bool) -> tuple[str, str]:
+    """-> (torch | fast, why). auto = fast for bf16 on a CPU, where torch's bernoulli_ masks were 17%
+    of a MiniLM training step (deepen_run/model/dropout.py); elsewhere torch's own, so fp32 runs keep
+    their exact random stream. Pure, for the test."""
+    if value != "auto":
+        return str(value), "set by train.dropout_masks"
+    if precision == "bf16" and not cuda:
+        return "fast", "auto: bf16 on a CPU"
+    return "torch", "auto: torch's own elsewhere"
+
+
+def dropout_masks_choice(tcfg) -> tuple[str, str]:
+    """choose_dropout_masks for a run's train config on this machine."""
+    precision = precision_choice(tcfg.mixed_precision)[0]
+    return choose_dropout_masks(str(tcfg.get("dropout_masks", "auto")), precision, torch.cuda.is_available())

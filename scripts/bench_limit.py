@@ -26,8 +26,9 @@ GROUPS = [("optimizer", ("adam", "_foreach_")),
           ("matmuls", ("mm", "addmm", "bmm", "matmul", "linear", "mkldnn")),
           ("casts", ("copy_", "_to_copy", "to")),
           ("norms", ("layer_norm",)),
-          # Drawing the masks, not applying them (a mul): 17% of a bf16 MiniLM step on an AVX-512 BF16 CPU.
-          ("dropout masks", ("bernoulli", "native_dropout"))]
+          # Drawing the masks, not applying them (a mul): 17% of a bf16 MiniLM step on an AVX-512 BF16 CPU
+          # with bernoulli_; random_ draws train.dropout_masks=fast's (deepen_run/model/dropout.py).
+          ("dropout masks", ("bernoulli", "native_dropout", "random_"))]
 
 
 def group_of(op: str) -> str:

@@ -71,13 +71,18 @@ def test_the_run_records_its_precision_and_optimizer(tmp_path, glue_dir):
         assert r.returncode == 0, r.stderr[-3000:]
     _, (fp32, auto) = runs_of(uri)
     assert {k: fp32.data.params[k] for k in ("train/precision", "train/precision_reason", "train/optimizer_impl",
-                                             "train/attention")} \
+                                             "train/attention", "train/dropout_masks", "train/dropout_masks_in")} \
         == {"train/precision": "no", "train/precision_reason": "set by train.mixed_precision",
-            "train/optimizer_impl": "foreach", "train/attention": "default"}
+            "train/optimizer_impl": "foreach", "train/attention": "default", "train/dropout_masks": "torch",
+            "train/dropout_masks_in": "-"}
     expected = resolve_precision("auto")  # this machine's answer
     assert auto.data.params["train/precision"] == expected and auto.data.params["train/optimizer_impl"] == "fused"
     assert auto.data.params["train/precision_reason"].startswith("auto: ")
     assert auto.data.params["train/attention"] == ("eager" if expected == "bf16" else "default")
+    # bf16 on this CPU: every dropout, the attention's included, draws the cheaper masks
+    fast = {"train/dropout_masks": "fast", "train/dropout_masks_in": "hidden,attention"}
+    torchs = {"train/dropout_masks": "torch", "train/dropout_masks_in": "-"}
+    assert {k: auto.data.params[k] for k in fast} == (fast if expected == "bf16" else torchs)
     r = cli(*TINY, "train.optimizer_impl=adam8bit", f"tracking.uri={uri}", f"data.glue_dir={glue_dir}")
     assert r.returncode == 2 and "train.optimizer_impl" in r.stderr and "fused" in r.stderr, r.stderr
 
@@ -104,13 +109,15 @@ def test_bench_counts_model_flops_and_sorts_profile_ops():
                                               "aten::_foreach_mul_", "aten::copy_", "aten::_to_copy", "aten::to",
                                               "aten::native_layer_norm_backward", "aten::_softmax",
                                               "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::gelu",
-                                              "aten::add_", "aten::sum", "aten::bernoulli_", "aten::native_dropout")}
+                                              "aten::add_", "aten::sum", "aten::bernoulli_", "aten::native_dropout",
+                                              "aten::random_")}
     assert groups == {"aten::mm": "matmuls", "aten::addmm": "matmuls", "aten::bmm": "matmuls",
                       "aten::_fused_adamw_": "optimizer", "aten::_foreach_mul_": "optimizer", "aten::copy_": "casts",
                       "aten::_to_copy": "casts", "aten::to": "casts", "aten::native_layer_norm_backward": "norms",
                       "aten::_softmax": "attention", "aten::_scaled_dot_product_flash_attention_for_cpu": "attention",
                       "aten::gelu": "other", "aten::add_": "other", "aten::sum": "other",
-                      "aten::bernoulli_": "dropout masks", "aten::native_dropout": "dropout masks"}
+                      "aten::bernoulli_": "dropout masks", "aten::native_dropout": "dropout masks",
+                      "aten::random_": "dropout masks"}
 
 
 def test_bench_profile_shares_and_limit_table_on_a_tiny_encoder():

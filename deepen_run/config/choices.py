@@ -44,6 +44,14 @@ class Attention(StrEnum):
     eager = "eager"
 
 
+class DropoutMasks(StrEnum):
+    """train.dropout_masks: how dropout draws its masks; auto = fast for bf16 on a CPU, else torch's
+    (deepen_run/precision.py, deepen_run/model/dropout.py)."""
+    auto = "auto"
+    torch = "torch"
+    fast = "fast"
+
+
 class Selection(StrEnum):
     """train.model_selection: whose evaluation is the run's result (deepen_run/run/train.py)."""
     final = "final"

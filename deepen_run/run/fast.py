@@ -18,7 +18,7 @@ from accelerate.utils import DistributedDataParallelKwargs, TorchDynamoPlugin
 
 # The precision choice lives below run/: deepen_run.load predicts at its run's precision too.
 from deepen_run.precision import (CPU_BF16_FLAGS, attention_choice, choose_precision, cpu_flags,  # noqa: F401
-                                  precision_choice, resolve_precision)
+                                  dropout_masks_choice, precision_choice, resolve_precision)
 
 
 def enable_tf32() -> None:
@@ -54,12 +54,25 @@ def adamw_kwargs(impl: str) -> dict:
 
 
 def run_params(tcfg, device_type: str) -> dict[str, str]:
-    """What the run trains with, as params: the precision and why, AdamW's kernel."""
+    """What the run trains with, as params: the precision and why, AdamW's kernel, the attention and
+    the dropout masks and why."""
     precision, reason = precision_choice(tcfg.mixed_precision)
     attention, why = attention_choice(tcfg)
+    masks, masks_why = dropout_masks_choice(tcfg)
     return {"train/precision": precision, "train/precision_reason": reason,
             "train/optimizer_impl": optimizer_impl(tcfg.get("optimizer_impl", "auto"), device_type),
-            "train/attention": attention or "default", "train/attention_reason": why}
+            "train/attention": attention or "default", "train/attention_reason": why,
+            "train/dropout_masks": masks, "train/dropout_masks_reason": masks_why}
+
+
+def use_dropout_masks(model, tcfg) -> list[str]:
+    """train.dropout_masks=fast (auto: bf16 on a CPU): the model's dropouts draw cheaper masks
+    (deepen_run/model/dropout.py); returns what was swapped, nothing for torch's masks."""
+    if dropout_masks_choice(tcfg)[0] != "fast":
+        return []
+    from deepen_run.model.dropout import install
+
+    return install(model, model.backbone, attention_choice(tcfg)[0])
 
 
 def cpu_processes() -> bool:
