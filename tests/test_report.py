@@ -257,11 +257,14 @@ def test_json_contrasts_are_recomputed_from_per_seed_which_equals_mlflow(tmp_pat
     assert {(x["method"], x["task"], x["seed"]): float(x["value"]) for x in lines} == \
         {(m, t, s): pytest.approx(rows[m]["per_seed"][t][s]) for m in rows for t in ("sst2", "stsb") for s in "123"}
     # The CSV carries each row's whole key: --from-csv rebuilds the store's rows, every setting but
-    # where this machine keeps GLUE and what the run chose for itself (train/...).
+    # where this machine keeps GLUE, what the run chose for itself (train/...) and the settings added
+    # later, at their defaults (rows.ADDED_LATER).
     from deepen_run.report import from_csv
+    from deepen_run.report.rows import ADDED_LATER
 
     def set_by_study(cfg: dict) -> dict:
-        return {k: v for k, v in cfg.items() if k not in from_csv.LOCAL and not k.startswith(from_csv.CHOSEN)}
+        return {k: v for k, v in cfg.items() if k not in from_csv.LOCAL and not k.startswith(from_csv.CHOSEN)
+                and ADDED_LATER.get(k) != v}
 
     back, _ = from_csv.load(tmp_path / "seeds.csv")
     assert [(r["config"], r["per_seed"]) for r in back] == \

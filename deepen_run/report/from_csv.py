@@ -44,10 +44,6 @@ def config_of(backbone: str, method: str, setup: str, settings: str) -> dict[str
 # several machines join on the settings the study sets.
 LOCAL = ("data.glue_dir",)
 CHOSEN = "train/"
-# Settings added after files had been published, whose `auto` is what the runs before them did (the
-# run records what auto chose under train/): at auto they are left out of the key, so a job published
-# after them joins the rows of the jobs published before. A value set by hand stays in the key.
-AUTO_SINCE = ("train.attention", "train.dropout_masks")
 
 
 def key_of(line: dict, path: Path, n: int) -> tuple | None:
@@ -56,8 +52,10 @@ def key_of(line: dict, path: Path, n: int) -> tuple | None:
         return None
     try:
         cfg = json.loads(line["config"])
+        # As rows.settings: a job published after a setting was added, at its default, joins the rows
+        # of the jobs published before it (rows.ADDED_LATER).
         return tuple(sorted((k, v) for k, v in cfg.items() if k not in LOCAL and not k.startswith(CHOSEN)
-                            and not (k in AUTO_SINCE and v == "auto")))
+                            and rr.ADDED_LATER.get(k) != v))
     except (ValueError, AttributeError):
         raise UserError(f"{path}, line {n}: the config column is not a JSON object of settings") from None
 

@@ -50,7 +50,8 @@ def tasks_of(run: dict) -> list[str]:
 # Keys added after runs were recorded without them: at its default (as logged), a run has the same
 # setting as one logged before the key existed, so both share a row.
 ADDED_LATER = MappingProxyType({"train.layer_decay": "1.0", "train.early_stopping_patience": "None",
-                                "train.early_stopping_threshold": "0.0"})
+                                "train.early_stopping_threshold": "0.0", "train.attention": "auto",
+                                "train.dropout_masks": "auto"})
 
 
 def _ignored(k: str, v: str, multi: bool) -> bool:
