@@ -130,6 +130,7 @@ def fit(r: Recipe) -> dict:
                     book.add(task, train_step(r, task, next(batches[task]), step) / gas, 1 / gas)
                 done = book.end(step, started)
                 if book.evaluates_at(done):
+                    book.join()  # the metric imports end first (glue_metrics.preload says why)
                     last = evaluate_and_keep(r, done)
                     book.bar.set_postfix(score=f"{last[0].get('eval/score', float('nan')):.4f}")
                     if stopper.update(last[0].get("eval/score", float("nan")), done, r.total):

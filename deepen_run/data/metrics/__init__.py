@@ -20,9 +20,10 @@ def preload() -> threading.Thread:
     """Import what the metrics need (evaluate, scipy.stats, scikit-learn: about 1 s) in the
     background, once training runs: the steps spend their time in torch kernels that release the
     GIL, so the imports cost the run almost nothing and the first evaluation finds them done.
-    Imports only: they are idempotent and thread-safe, so no state is shared with `load`. The run
-    joins the thread before it ends (train.fit), so no import is left running into the
-    interpreter's shutdown."""
+    The run joins the thread before each evaluation (train.fit): `evaluate.load` calls
+    importlib.invalidate_caches, which iterates sys.path_importer_cache, and an import running in
+    this thread adds to it ("dictionary changed size during iteration" in a 2-step sweep job in CI).
+    So no import is left running into an evaluation or the interpreter's shutdown either."""
     def imports():
         try:
             import evaluate  # noqa: F401
