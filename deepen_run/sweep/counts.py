@@ -8,6 +8,7 @@ that died before the job ended. pending: neither started nor ended in this attem
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -15,39 +16,16 @@ from typing import Iterable, Optional
 class Counts:
     def __init__(self, n: Optional[int], tracker, first_step: int = 0):
         self.n_planned, self.tracker, self.step = n, tracker, first_step
-        self.outcomes: dict[int, dict] = {}
-        self.unended: set[int] = set()
+        self.update({})
 
     def update(self, outcomes: dict[int, dict], unended: Iterable[int] = ()) -> "Counts":
         self.outcomes, self.unended = dict(outcomes), set(unended) - set(outcomes)
+        by = Counter(o["status"] for o in self.outcomes.values())
+        self.finished, self.failed, self.killed = by["FINISHED"], by["FAILED"], by["KILLED"] + len(self.unended)
+        self.kept = sum(bool(o.get("kept")) for o in self.outcomes.values())
+        self.n = self.n_planned if self.n_planned is not None else len(self.outcomes) + len(self.unended)
+        self.pending = max(0, self.n - self.finished - self.failed - self.killed)
         return self
-
-    def _with(self, status: str) -> list[int]:
-        return [k for k, o in self.outcomes.items() if o["status"] == status]
-
-    @property
-    def n(self) -> int:
-        return self.n_planned if self.n_planned is not None else len(self.outcomes) + len(self.unended)
-
-    @property
-    def finished(self) -> int:
-        return len(self._with("FINISHED"))
-
-    @property
-    def kept(self) -> int:
-        return sum(bool(o.get("kept")) for o in self.outcomes.values())
-
-    @property
-    def failed(self) -> int:
-        return len(self._with("FAILED"))
-
-    @property
-    def killed(self) -> int:
-        return len(self._with("KILLED")) + len(self.unended)
-
-    @property
-    def pending(self) -> int:
-        return max(0, self.n - self.finished - self.failed - self.killed)
 
     def metrics(self) -> dict[str, float]:
         scores = [o["score"] for o in self.outcomes.values() if o["status"] == "FINISHED" and o["score"] == o["score"]]
@@ -77,5 +55,5 @@ class Counts:
         from deepen_run.sweep.outcomes import read_starts
 
         homes = {k: Path(s.get("home") or sweep_dir / str(k)) for k, s in read_starts(sweep_dir).items()}
-        killed = self._with("KILLED") + sorted(self.unended)
+        killed = [k for k, o in self.outcomes.items() if o["status"] == "KILLED"] + sorted(self.unended)
         return sum(latest(homes.get(k, sweep_dir / str(k))) is not None for k in killed)

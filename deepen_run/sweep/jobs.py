@@ -32,19 +32,6 @@ from deepen_run.util import first_line as _one_line
 STOP_FILE = "STOP"  # written by a launcher stopped by a signal: jobs not started yet do not start
 
 
-def _is_sweep(value: str) -> bool:
-    """`1,2,3`, `[1],[2]`, range(...), choice(...), interval(...): not a plain value or list `[2,3]`."""
-    if value.startswith(("range(", "choice(", "interval(", "glob(", "tag(")):
-        return True
-    depth = 0
-    for ch in value:
-        depth += ch in "[({"
-        depth -= ch in "])}"
-        if ch == "," and depth == 0:
-            return True
-    return False
-
-
 class SweepJob:
     """One job of a sweep, on whichever machine runs it."""
 
@@ -61,15 +48,10 @@ class SweepJob:
     def swept(self) -> list[str]:
         """This job's values of the swept keys the default run name does not already say, so the
         children of `method.gru_layers=1,2,3` are told apart in the MLflow UI."""
-        named = {"backbone", "method", "task", "task.names", "schedule", "seed"}
-        sweep = self.info.get("params", {})
-        out = []
-        for o in self.overrides:
-            key, _, value = o.partition("=")
-            key = key.lstrip("+~")
-            if key not in named and _is_sweep(sweep.get(key, "")):
-                out.append(f"{key.rsplit('.', 1)[-1]}={value}")
-        return out
+        from deepen_run.sweep.summary import STANDARD, job_values, short
+
+        return [f"{short(k)}={v}" for k, v in job_values(self.info, self.overrides)
+                if k not in (*STANDARD, "task.names")]
 
     def run(self, cfg, run_fn: Callable[..., float]) -> float:
         from deepen_run.run.resume import current_dir

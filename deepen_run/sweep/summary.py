@@ -66,16 +66,16 @@ def parent_name(config, params: dict[str, str]) -> str:
     return (" ".join(fixed) + (f" | {keys}" if keys else " sweep"))[:250]
 
 
+def job_values(info: dict, overrides: list[str]) -> list[tuple[str, str]]:
+    """This job's (key, value) of each swept key, in the job's override order."""
+    axes = swept(info.get("params", {}))
+    pairs = [(k.lstrip("+~"), v) for k, _, v in (o.partition("=") for o in overrides)]
+    return [(k, v) for k, v in pairs if k in axes]
+
+
 def child_tags(info: dict, overrides: list[str]) -> dict[str, str]:
     """This job's value of each swept key, as a tag named by the key (a column of the runs table)."""
-    axes = swept(info.get("params", {}))
-    out = {}
-    for o in overrides:
-        key, _, value = o.partition("=")
-        key = key.lstrip("+~")
-        if key in axes and key not in STANDARD:
-            out[key] = value
-    return out
+    return {k: v for k, v in job_values(info, overrides) if k not in STANDARD}
 
 
 def child_name(base, seed, info: dict, overrides: list[str]) -> str:
@@ -83,11 +83,7 @@ def child_name(base, seed, info: dict, overrides: list[str]) -> str:
     `gru_layers=2 seed=1 · tiny-hire-rte`. base: the job's config (its name is built without the
     swept keys, deepen_run/run/names.py) or a name already built."""
     axes = swept(info.get("params", {}))
-    values = []
-    for o in overrides:
-        key, _, value = o.partition("=")
-        if key.lstrip("+~") in axes:
-            values.append(f"{short(key.lstrip('+~'))}={value}")
+    values = [f"{short(k)}={v}" for k, v in job_values(info, overrides)]
     if not isinstance(base, str):
         from deepen_run.run.names import run_name
 
