@@ -28,7 +28,7 @@ from typing import Optional
 import numpy as np
 
 from deepen_run.errors import UserError
-from deepen_run.run.lifecycle import Interrupted, SignalGuard
+from deepen_run.run.lifecycle import SignalGuard
 
 STATE = "trainer_state.json"
 RUN_FILE = "run.json"
@@ -280,5 +280,3 @@ class Checkpointer:
         if self.step > 0:
             self.save(self.step)
 
-
-__all__ = ["Checkpointer", "Interrupted", "TaskStream", "latest", "read_run_file", "usable", "write_run_file"]

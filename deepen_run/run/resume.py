@@ -97,13 +97,8 @@ def find_latest(cfg, here: Optional[Path], own_first: bool = False, own_only: bo
         return here.resolve()
     if own_only:
         return None
-    best = None
-    for home in _candidates(here):
-        if _continuable(home, mine):
-            t = latest(home).stat().st_mtime
-            if best is None or t > best[0]:
-                best = (t, home)
-    return best[1] if best else None
+    homes = [home for home in _candidates(here) if _continuable(home, mine)]
+    return max(homes, key=lambda home: latest(home).stat().st_mtime, default=None)  # ties: the first
 
 
 def check_free(here: Optional[Path]) -> None:
@@ -140,25 +135,22 @@ def config_diff(then, now, prefix: str = "") -> list[str]:
     return out
 
 
-def _has(d: dict, key: str) -> bool:
-    for part in key.split("."):
-        if not isinstance(d, dict) or part not in d:
-            return False
-        d = d[part]
-    return True
-
-
 def differences(then: dict, now: dict) -> list[str]:
     """config_diff, less the keys a newer deepen-run added that hold their default now: a run saved
     before the key existed ran with that default (e.g. train.model_selection=final)."""
     schema = OmegaConf.structured(Config)
     return [k for k in config_diff(then, now)
-            if _has(then, k) or OmegaConf.select(schema, k, default="<none>") != _at(now, k)]
+            if _at(then, k, _MISSING) is not _MISSING or OmegaConf.select(schema, k, default="<none>") != _at(now, k)]
 
 
-def _at(d: dict, key: str):
+_MISSING = object()
+
+
+def _at(d: dict, key: str, missing=None):
     for part in key.split("."):
-        d = d.get(part) if isinstance(d, dict) else None
+        if not isinstance(d, dict) or part not in d:
+            return missing
+        d = d[part]
     return d
 
 

@@ -126,7 +126,7 @@ class Launch:
         info, tracker = self.info, self.tracker
         if interrupted:  # jobs whose process died before ending their run
             reap_orphans(tracker, f"tags.sweep_id = '{info['sweep_id']}'", wait_s=60, note=orphan_note)
-        c = self.counts.update(read_outcomes(self.dir), self._started_not_ended())
+        c = self.counts.update(read_outcomes(self.dir), read_starts(self.dir))  # started, not ended: killed
         c.log()
         status = "FINISHED" if c.finished == c.n and c.n > 0 else "KILLED" if interrupted else "FAILED"
         why = Interrupted(self.signum) if self.signum is not None else "the launcher exited early"
@@ -148,7 +148,3 @@ class Launch:
         # The final note, figure and table on the parent; the table and the UI links printed last.
         sweep_summary.finish(info, tracker, status, show_table=bool(c.finished) and not interrupted, live=self.live)
         return c.n - c.finished
-
-    def _started_not_ended(self) -> set[int]:
-        ended = read_outcomes(self.dir)
-        return {k for k in read_starts(self.dir) if k not in ended}
