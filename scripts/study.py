@@ -21,7 +21,9 @@ outputs/study-floor/<part>/. The sweep ids are kept in outputs/study-floor/sweep
 hire_b, hire_c, explore (`make study-s3 PART=<name>`), in outputs/study-s3/; its report holds the
 confirmatory family alone under Holm (--only-contrasts), the exploratory contrasts in their own
 table (--secondary) and each member's achieved power (--power). --cost prints each part's jobs and
-estimated minutes.
+estimated minutes. --part family runs nothing: it reports the confirmatory family alone (the five
+contrasts over the parts they read, no exploratory row) and publishes family_report.md and
+family_seeds.csv, every per-seed value behind it in one file.
 """
 from __future__ import annotations
 
@@ -196,6 +198,7 @@ def report_command(uri: str, ids: list[str], contrasts: list[str], own: bool = F
         family = [c for c in contrasts if c in st["family"]]
         cmd += (["--only-contrasts"] if contrasts else []) + [x for c in secondary for x in ("--secondary", c)]
         cmd += [x for c in family for x in ("--power", c)] + (["--family", str(len(st["family"]))] if family else [])
+        cmd += ["--holm-avg"] if set(family) == set(st["family"]) else []  # the whole family: planned on the average
     return cmd
 
 
@@ -212,7 +215,11 @@ def report(uri: str, out: Path, ids: list[str], contrasts: list[str], own: bool 
 def what_to_report(name: str, sweeps: dict, st: dict = STUDIES["floor"]) -> tuple[list[str], list[str], bool, list]:
     """(sweep ids, contrasts, own, secondary) of a part's report; name "all": every primary row and contrast."""
     parts = st["parts"]
-    if name == "all":
+    if name == "family":  # the confirmatory family alone: the parts its members read, no exploratory row
+        names = [n for n in st["primary"] if set(parts[n].get("contrasts", [])) & set(st.get("family", []))]
+        presets = list(dict.fromkeys(p for n in names for p in parts[n].get("needs", []) + parts[n]["presets"]))
+        contrasts, own, secondary = list(st["family"]), False, []
+    elif name == "all":
         presets = [p for n in st["primary"][1:] for p in parts[n]["presets"]]
         contrasts = list(dict.fromkeys(c for n in st["primary"] for c in parts[n].get("contrasts", [])))
         own, secondary = False, st.get("secondary", [])
@@ -331,8 +338,10 @@ def main() -> None:
         print(draw_layers(a.draw_layers, a.layer_seed))
         return
     st = STUDIES[a.study]
-    if a.part and a.part not in st["parts"]:
-        p.error(f"--part {a.part}: study {a.study} has the parts {', '.join(st['parts'])}")
+    family = a.part == "family" and "family" in st  # a report, not a part to run: the family's members alone
+    if a.part and a.part not in st["parts"] and not family:
+        p.error(f"--part {a.part}: study {a.study} has the parts {', '.join(st['parts'])}"
+                + (" (and the report-only family)" if "family" in st else ""))
     if a.cost:
         rows = cost_table(a.study)
         print("| part | presets | jobs | minutes on 2 idle cores (estimate) |\n|---|---|---|---|")
@@ -356,6 +365,11 @@ def main() -> None:
         if cmd[1] == "--uri" and a.uri == p.get_default("uri"):
             cmd[1:3] = []  # deepen-report's default store is this one
         print(shlex.join(x.removeprefix(f"{ROOT}/") for x in cmd))  # published files: relative to the repo
+        return
+    if family:  # its tables, its per-seed values joined into one file, both published
+        ids, contrasts, own, secondary = what_to_report("family", sweeps, st)
+        report(a.uri, a.out / "family", ids, contrasts, own, st, secondary)
+        publish(a, {"family/seeds.csv": "family_seeds.csv", "family/report.md": "family_report.md"})
         return
     for name in [a.part] if a.part else st["primary"]:
         run_part(name, a, extra, sweeps)

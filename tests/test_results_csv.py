@@ -82,6 +82,30 @@ def test_the_audits_numbers(printed):
         assert line in printed, line
 
 
+def test_holm_avg_adjusts_over_the_average_readings_alone(capsys):
+    """--holm-avg (Study III's family is planned on the average): p Holm over the avg readings only,
+    the per-task readings descriptive (no p Holm), the header saying which."""
+    from deepen_run.report.contrasts import holm
+
+    argv = ["--from-csv", str(ROOT / "docs" / "results" / "floor_seeds.csv"), "--baseline", "pooling=mean",
+            "--contrast", "8:4", "--contrast", "12:11", "--contrast", "1:4", "--only-contrasts"]
+    report.main(argv + ["--json"])
+    everything = __import__("json").loads(capsys.readouterr().out)["contrasts"]
+    report.main(argv + ["--holm-avg", "--json"])
+    cs = __import__("json").loads(capsys.readouterr().out)["contrasts"]
+    avg = [c for c in cs if c["task"] == "avg"]
+    assert len(avg) == 3 and len(cs) == 9
+    assert [c["p_holm"] for c in avg] == pytest.approx(holm([c["p"] for c in avg]))
+    assert all(c["p_holm"] is None and c["p"] is not None for c in cs if c["task"] != "avg")
+    # over 3 readings, not 9: never stricter than the report's Holm over every reading
+    assert all(a["p_holm"] <= b["p_holm"] + 1e-12 for a, b in zip(cs, everything) if a["task"] == "avg")
+    report.main(argv + ["--holm-avg"])
+    out = capsys.readouterr().out
+    assert "p Holm: adjusted over the 3 avg readings alone (the per-task ones are descriptive)" in out
+    table = out[out.index("Contrasts ("):].splitlines()
+    assert sorted(ln.split(" | ")[2] for ln in table if ln.endswith(" | - |")) == ["sst2"] * 3 + ["stsb"] * 3
+
+
 def test_rows_rebuilt_from_the_csv_keep_their_settings_and_baselines():
     rows, keys = from_csv.load(ROOT / "docs" / "results" / "floor_seeds.csv")
     assert len(rows) == 12 and all(len(r["per_seed"][t]) == 5 for r in rows for t in ("sst2", "stsb"))

@@ -148,5 +148,15 @@ def compute(rows: list[dict], named: list[str], defaults: bool = True) -> list[d
     return out
 
 
+def holm_on_avg(cs: list[dict]) -> None:
+    """A family planned on the average (docs/study.md, Study III): Holm over the avg readings alone; the
+    per-task readings stay descriptive (no p Holm)."""
+    avg = [c for c in cs if c["task"] == "avg"]
+    for c in cs:
+        c["p_holm"] = None
+    for c, p in zip(avg, holm([c["p"] for c in avg])):
+        c["p_holm"] = p
+
+
 def fmt_p(p: Optional[float]) -> str:
     return "-" if p is None or math.isnan(p) else (f"{p:.2g}" if p >= 0.001 else "<0.001")

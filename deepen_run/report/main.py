@@ -161,6 +161,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                    "(repeatable)")
     p.add_argument("--only-contrasts", action="store_true",
                    help="only the --contrast ones, not every row vs its baseline (the Holm family is then just those)")
+    p.add_argument("--holm-avg", action="store_true",
+                   help="Holm over the contrasts' avg readings alone (a family planned on the average of the tasks); "
+                   "the per-task readings are then descriptive, without p Holm")
     p.add_argument("--baseline", action="append", default=[], metavar="ROW|KEY=VALUE",
                    help="the baseline where several rows could be one (e.g. --baseline 'pooling=mean'); repeatable")
     p.add_argument("--json", action="store_true", help="print the rows' per-seed values and the contrasts as JSON "
@@ -207,6 +210,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                 print(f"wrote {a.submission} ({len(chosen)} files); {missing}")
                 return
             table = build(runs, only, a.contrast, a.baseline, not a.only_contrasts)
+        if a.holm_avg:
+            rc.holm_on_avg(table["contrasts"])
         if not table["rows"]:
             raise UserError(f"no FINISHED runs with evaluated GLUE tasks in experiment {a.experiment!r} "
                             f"matching {tags or 'any tags'}{' in sweeps ' + ', '.join(a.sweep_id) if a.sweep_id else ''}"
