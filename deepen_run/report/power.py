@@ -42,7 +42,8 @@ def diffs(a: dict, b: dict, task: str) -> list[float]:
 
 def table(rows: list[dict], specs: list[str], family: int, target: float) -> list[dict]:
     """Per A:B spec (report/contrasts.py, parse) and task: n, mean, 90% interval, paired sd, the MDE
-    at this n (alpha 0.05) and the n for MDE <= target at alpha / family."""
+    at this n (alpha 0.05, and alpha / family: what a member of the family was planned at) and the n
+    for MDE <= target at alpha / family."""
     from scipy import stats
 
     out = []
@@ -56,19 +57,21 @@ def table(rows: list[dict], specs: list[str], family: int, target: float) -> lis
             s, n = statistics.stdev(d), len(d)
             ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.90)
             out.append({"a": a, "b": b, "task": task, "n": n, "mean": statistics.fmean(d), "lo90": float(ci.low),
-                        "hi90": float(ci.high), "sd": s, "mde": mde(s, n),
+                        "hi90": float(ci.high), "sd": s, "mde": mde(s, n), "mde_family": mde(s, n, ALPHA / family),
                         "n_needed": n_for(s, target, ALPHA / family)})
     return out
 
 
 def markdown(power: list[dict], family: int, target: float) -> str:
+    at = f"alpha 0.05/{family}"  # a family's member was planned at its Holm's strictest level
     lines = ["", f"Power (paired sd of a - b over seeds; MDE: minimum detectable effect at 80% power, two-sided "
-                 f"alpha 0.05, at this n; n for MDE <= {target}: at alpha 0.05/{family}, a family of {family} "
-                 f"under Holm; 90% CI: the effects outside it are ruled out):", "",
-             f"| a | b | task | n | a - b [90% CI] | paired sd | MDE at n | n for MDE <= {target} |",
-             "|---|---|---|---|---|---|---|---|"]
+                 f"alpha 0.05, at this n{f', and at {at}' if family > 1 else ''}; n for MDE <= {target}: at "
+                 f"{at}, a family of {family} under Holm; 90% CI: the effects outside it are ruled out):", "",
+             f"| a | b | task | n | a - b [90% CI] | paired sd | MDE at n |{f' MDE at n, {at} |' if family > 1 else ''}"
+             f" n for MDE <= {target} |", "|---|---|---|---|---|---|---|---|" + ("---|" if family > 1 else "")]
     for p in power:
         need = p["n_needed"] if p["n_needed"] is not None else "> 1000"
+        strict = f" {p['mde_family']:.1f} |" if family > 1 else ""
         lines.append(f"| {p['a']} | {p['b']} | {p['task']} | {p['n']} | {p['mean']:+.1f} [{p['lo90']:+.1f}, "
-                     f"{p['hi90']:+.1f}] | {p['sd']:.2f} | {p['mde']:.1f} | {need} |")
+                     f"{p['hi90']:+.1f}] | {p['sd']:.2f} | {p['mde']:.1f} |{strict} {need} |")
     return "\n".join(lines) + "\n"
