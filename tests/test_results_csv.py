@@ -12,20 +12,22 @@ from deepen_run.report import from_csv
 from deepen_run.report import main as report
 
 DOC = (ROOT / "docs" / "results.md").read_text()
+# Two studies, each with its command: Study III (the current one) first, then the floor study.
+S3 = DOC[DOC.index("## Study III"):DOC.index("## The floor study")]
+FLOOR = DOC[DOC.index("## The floor study"):]
 INTERVAL = re.compile(r"\[[+-]\d+\.\d, [+-]\d+\.\d\]")
 
 
-def documented_command() -> list[str]:
-    """The first ```bash block of the page that runs --from-csv: its argv after deepen-report."""
-    for block in re.findall(r"```bash\n(.*?)```", DOC, re.S):
+def documented_command(section: str = FLOOR) -> list[str]:
+    """The section's first ```bash block that runs --from-csv: its argv after deepen-report."""
+    for block in re.findall(r"```bash\n(.*?)```", section, re.S):
         argv = shlex.split(block.replace("\\\n", " "))
         if argv[0] == "deepen-report" and "--from-csv" in argv:
             return argv[1:]
-    raise AssertionError("docs/results.md shows no deepen-report --from-csv command")
+    raise AssertionError("docs/results.md shows no deepen-report --from-csv command there")
 
 
-@pytest.fixture(scope="module")
-def printed(tmp_path_factory) -> str:
+def run_report(argv: list[str]) -> str:
     import contextlib
     import io
     import os
@@ -35,16 +37,26 @@ def printed(tmp_path_factory) -> str:
     os.chdir(ROOT)  # the command's paths are the repo's
     try:
         with contextlib.redirect_stdout(out):
-            report.main(documented_command())
+            report.main(argv)
     finally:
         os.chdir(cwd)
     return out.getvalue()
 
 
-def result_tables() -> list[list[str]]:
-    """The page's tables that the report prints: the rows table, the contrasts, secondary, power."""
+@pytest.fixture(scope="module")
+def printed() -> str:
+    return run_report(documented_command(FLOOR))
+
+
+@pytest.fixture(scope="module")
+def printed_s3() -> str:
+    return run_report(documented_command(S3))
+
+
+def result_tables(section: str = FLOOR) -> list[list[str]]:
+    """The section's tables that the report prints: the rows table, the contrasts, secondary, power."""
     tables, cur = [], []
-    for line in DOC.splitlines() + [""]:
+    for line in section.splitlines() + [""]:
         if line.startswith("|"):
             cur.append(line)
         elif cur:
@@ -62,12 +74,54 @@ def test_every_line_of_the_result_tables_is_printed_by_the_documented_command(pr
     assert not missing, missing[:5]
     assert "adjusted over the 45 contrasts with a p" in printed
     # And nothing printed is left out of the page: each printed table line is on it.
-    doc_lines = set(DOC.splitlines())
+    doc_lines = set(FLOOR.splitlines())
     assert [x for x in printed.splitlines() if x.startswith("| ") and x not in doc_lines] == []
 
 
+FAMILY_PARTS = ("s3_multi_a", "s3_multi_b", "s3_multi_c", "s3_hire_a", "s3_hire_b", "s3_hire_c")
+
+
+def test_study3s_tables_and_quoted_intervals_are_printed_by_its_command(printed_s3):
+    argv = documented_command(S3)
+    assert argv[:2] == ["--from-csv", "docs/results/s3/family_seeds.csv"] and "--holm-avg" in argv
+    assert argv.count("--contrast") == 5 and argv.count("--power") == 5 and argv[argv.index("--family") + 1] == "5"
+    tables = result_tables(S3)
+    assert len(tables) == 3  # rows, the family's contrasts, power
+    lines = set(printed_s3.splitlines())
+    assert [line for t in tables for line in t if line not in lines] == []
+    assert [x for x in printed_s3.splitlines() if x.startswith("| ") and x not in set(S3.splitlines())] == []
+    assert "adjusted over the 5 avg readings alone" in printed_s3
+    quoted = set(INTERVAL.findall(S3))
+    assert len(quoted) > 15 and sorted(q for q in quoted if q not in printed_s3) == []
+
+
+def test_study3_names_each_members_n_and_mde_as_printed(printed_s3):
+    """The family table: C1-C5 with the n and both MDEs of the power table's avg line."""
+    power = {(ln.split(" | ")[0].strip("| "), ln.split(" | ")[1]): ln.split(" | ")
+             for ln in printed_s3.splitlines() if ln.startswith("| ") and " | avg | " in ln and ln.count("|") == 10}
+    members = [ln for ln in S3.splitlines() if re.match(r"\| C[1-5] \|", ln)]
+    assert [m.split(" | ")[0] for m in members] == ["| C1", "| C2", "| C3", "| C4", "| C5"]
+    for m in members:
+        cells = [c.strip() for c in m.strip("|").split("|")]
+        a, b = re.search(r"row (\d+) - row (\d+)", cells[1]).groups()
+        row = power[(a, b)]
+        n, mde, mde_family = row[3], row[6], row[7]
+        assert (cells[2], cells[3]) == (n, f"{mde} / {mde_family}"), (m, row)
+
+
+def test_the_family_file_is_exactly_the_published_jobs():
+    """family_seeds.csv, which the documented command reads, holds the per-job files' values and no others."""
+    jobs = sorted(p for part in FAMILY_PARTS for p in (ROOT / "docs" / "results" / "s3" / "jobs" / part).glob("*.csv"))
+    assert len(jobs) == 12 * 4 + 16 * 2  # multi_a-c and hire_c 12 jobs each, hire_a and hire_b 16
+    joined, jkeys = from_csv.load_all(jobs)
+    family, fkeys = from_csv.load(ROOT / "docs" / "results" / "s3" / "family_seeds.csv")
+    assert sorted(map(str, fkeys)) == sorted(map(str, jkeys))
+    by_key = {str(k): r["per_seed"] for k, r in zip(jkeys, joined)}
+    assert all(r["per_seed"] == by_key[str(k)] for k, r in zip(fkeys, family))
+
+
 def test_every_interval_the_readings_quote_is_printed(printed):
-    readings = DOC[DOC.index("## What it answers"):DOC.index("## The earlier study")]
+    readings = FLOOR[FLOOR.index("### What it answers"):FLOOR.index("### The earlier study")]
     quoted = set(INTERVAL.findall(readings))
     assert len(quoted) > 30
     assert sorted(q for q in quoted if q not in printed) == []
@@ -226,3 +280,13 @@ def test_a_setting_added_later_joins_at_auto_and_splits_when_set(tmp_path):
     seeds = sorted(sorted(r["per_seed"]["sst2"]) for r in rows)
     assert seeds == [["101", "102"], ["103"]], seeds
     assert [dict(k).get("train.attention") for k in keys if len(dict(k)) == 4] == ["eager"]
+
+
+def test_the_readme_quotes_the_results_page():
+    """One home per fact: every interval the README's Results section quotes is on docs/results.md."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Results"):]
+    section = section[:section.index("\n## ", 1)]
+    quoted = INTERVAL.findall(section)
+    assert len(quoted) >= 4
+    assert [q for q in quoted if q not in DOC] == []
