@@ -141,16 +141,19 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
         tracker.set_tags({"error" if restored else "resume_error": line})
         raise
     finally:
-        monitor.stop()
-        try:
-            tracker.end(status)
-        except TrackingLost:
-            status = "FAILED"  # run.json says how it ended when MLflow cannot
-        if accelerator.is_main_process:
-            ck.finish(home, status)
-            if status == "FINISHED":
-                summary.show(tracker, home, status)
-        phase("ended")
+        # MLflow's status and run.json's are written together: a signal here waits until both say how
+        # the run ended (raised between them, the store said FINISHED and run.json RUNNING).
+        with signals.deferred():
+            monitor.stop()
+            try:
+                tracker.end(status)
+            except TrackingLost:
+                status = "FAILED"  # run.json says how it ended when MLflow cannot
+            if accelerator.is_main_process:
+                ck.finish(home, status)
+                if status == "FINISHED":
+                    summary.show(tracker, home, status)
+            phase("ended")
 
 
 def size_summary(s: dict) -> str:

@@ -105,6 +105,8 @@ class SweepJob:
         with signals.deferred():  # the copy of a signal the launcher passes on must not lose the outcome
             write_json(self.jobs / f"{self.num}.json", outcome | {"seconds": time.time() - t0})
         signals.uninstall()
+        if stopped is None and signals.pending is not None and launcher == os.getpid():
+            pass_on(signals.pending)  # it came as the run recorded its end: the basic launcher stops the sweep
         if watchdog is not None:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         if stopped is not None:
