@@ -5,8 +5,9 @@ SIGINT (Ctrl-C), SIGTERM (kill, SLURM pre-emption), SIGHUP (a closed terminal) a
 pre-emption or a time limit, e.g. sbatch --signal=USR1@120) raise `Interrupted`, a KeyboardInterrupt,
 so the runner ends the MLflow run KILLED. During training steps the signal is deferred to the end of
 the current step, so the checkpoint saved on the way out is a consistent state (never half an
-optimizer update); anywhere else (loading, evaluation) it raises at once. A second signal while
-one is pending raises at once too: the user insists.
+optimizer update); while the run records how it ended (runner.run), it waits until MLflow and
+run.json agree; anywhere else (loading, evaluation) it raises at once. A second signal while one is
+pending raises at once too: the user insists.
 """
 from __future__ import annotations
 
