@@ -22,8 +22,7 @@ hire_b, hire_c, explore (`make study-s3 PART=<name>`), in outputs/study-s3/; its
 confirmatory family alone under Holm (--only-contrasts), the exploratory contrasts in their own
 table (--secondary) and each member's achieved power (--power). --cost prints each part's jobs and
 estimated minutes. --part family runs nothing: it reports the confirmatory family alone (the five
-contrasts over the parts they read, no exploratory row) and publishes family_report.md and
-family_seeds.csv, every per-seed value behind it in one file.
+contrasts over the parts they read, no exploratory row) and publishes family_report.md.
 """
 from __future__ import annotations
 
@@ -369,7 +368,7 @@ def main() -> None:
     if family:  # its tables, its per-seed values joined into one file, both published
         ids, contrasts, own, secondary = what_to_report("family", sweeps, st)
         report(a.uri, a.out / "family", ids, contrasts, own, st, secondary)
-        publish(a, {"family/seeds.csv": "family_seeds.csv", "family/report.md": "family_report.md"})
+        publish(a, {"family/report.md": "family_report.md"})  # its values are the per-job files
         return
     for name in [a.part] if a.part else st["primary"]:
         run_part(name, a, extra, sweeps)
