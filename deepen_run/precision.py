@@ -84,3 +84,20 @@ def dropout_masks_choice(tcfg) -> tuple[str, str]:
     """choose_dropout_masks for a run's train config on this machine."""
     precision = precision_choice(tcfg.mixed_precision)[0]
     return choose_dropout_masks(str(tcfg.get("dropout_masks", "auto")), precision, torch.cuda.is_available())
+
+
+def choose_unpad(value: str, precision: str, cuda: bool) -> tuple[str, str]:
+    """-> (on | off, why). auto = on for bf16 on a CPU, where the layers' Linears are most of a step and
+    an SST-2 batch is two-thirds padding (deepen_run/model/unpad.py); elsewhere off, so fp32 runs keep
+    their exact path. Pure, for the test."""
+    if value != "auto":
+        return str(value), "set by train.unpad"
+    if precision == "bf16" and not cuda:
+        return "on", "auto: bf16 on a CPU"
+    return "off", "auto: the padded path elsewhere"
+
+
+def unpad_choice(tcfg) -> tuple[str, str]:
+    """choose_unpad for a run's train config on this machine."""
+    precision = precision_choice(tcfg.mixed_precision)[0]
+    return choose_unpad(str(tcfg.get("unpad", "auto")), precision, torch.cuda.is_available())

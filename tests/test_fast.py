@@ -83,6 +83,11 @@ def test_the_run_records_its_precision_and_optimizer(tmp_path, glue_dir):
     fast = {"train/dropout_masks": "fast", "train/dropout_masks_in": "hidden,attention"}
     torchs = {"train/dropout_masks": "torch", "train/dropout_masks_in": "-"}
     assert {k: auto.data.params[k] for k in fast} == (fast if expected == "bf16" else torchs)
+    # and the layers' Linears skip the padding in training (deepen_run/model/unpad.py): the tiny BERT's 2 x 6
+    assert fp32.data.params["train/unpad"] == "off" and fp32.data.params["train/unpad_linears"] == "0"
+    assert {k: auto.data.params[k] for k in ("train/unpad", "train/unpad_linears")} == \
+        ({"train/unpad": "on", "train/unpad_linears": "12"} if expected == "bf16" else
+         {"train/unpad": "off", "train/unpad_linears": "0"})
     r = cli(*TINY, "train.optimizer_impl=adam8bit", f"tracking.uri={uri}", f"data.glue_dir={glue_dir}")
     assert r.returncode == 2 and "train.optimizer_impl" in r.stderr and "fused" in r.stderr, r.stderr
 

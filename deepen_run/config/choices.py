@@ -52,6 +52,14 @@ class DropoutMasks(StrEnum):
     fast = "fast"
 
 
+class Unpad(StrEnum):
+    """train.unpad: whether training's layer Linears skip the padding; auto = on for bf16 on a CPU, else
+    off (deepen_run/precision.py, deepen_run/model/unpad.py)."""
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
 class Selection(StrEnum):
     """train.model_selection: whose evaluation is the run's result (deepen_run/run/train.py)."""
     final = "final"

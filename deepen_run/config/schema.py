@@ -24,7 +24,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from deepen_run.config.choices import (Attention, DropoutMasks, DuplicateInit, OptimizerImpl, Precision, ScheduleKind,
-                                       Selection)
+                                       Selection, Unpad)
 
 # The checkout (or install) root: conf/ and outputs/ live here, whatever Hydra's run dir is.
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,6 +159,7 @@ class TrainConfig:
     optimizer_impl: AdamW's kernel: auto (fused on CUDA and CPU) | fused | foreach | loop (one tensor at a time)
     attention: the backbone's attention: auto (eager for bf16 on a CPU, where it trains faster; else sdpa) | sdpa | eager
     dropout_masks: dropout's random masks: auto (fast for bf16 on a CPU, else torch) | torch (bernoulli_) | fast (16 random bits an element, p rounded to 1/65536: 4x cheaper masks on a CPU, another random stream)
+    unpad: training's layer Linears map the real tokens alone: auto (on for bf16 on a CPU, else off) | on | off; the real tokens' values are unchanged, evaluation is untouched
     eval_every: evaluate every N steps; 0 = only at the end
     eval_per_epoch: also evaluate at the end of every epoch (as the sampler counts them)
     model_selection: the run's result (eval/*, metrics.json, predictions, the report): final = the last step's weights; best = the weights of the best eval/score among the evaluations during training (eval_every / eval_per_epoch), evaluated again at the end, as the Trainer's load_best_model_at_end
@@ -188,6 +189,7 @@ class TrainConfig:
     optimizer_impl: OptimizerImpl = OptimizerImpl.auto
     attention: Attention = Attention.auto
     dropout_masks: DropoutMasks = DropoutMasks.auto
+    unpad: Unpad = Unpad.auto
     eval_every: int = 0
     eval_per_epoch: bool = False
     model_selection: Selection = Selection.final

@@ -45,6 +45,8 @@ class Family:
     mlm_prefixes: checkpoint key prefixes of the family's pretrained MLM head (the probe)
     fresh_norm_on_copy: a norm that layer 0 alone lacks (nn.Identity); a copy of layer 0 placed higher
         gets the LayerNorm that position has when the model is built, so a saved model reloads as itself
+    token_linears: every Linear in a layer maps the tokens alone, position by position, so training may
+        skip the padding (deepen_run/model/unpad.py); DeBERTa's also map its relative-position table
     tiny: extra / renamed config kwargs of a tiny random model of the family, from backbone.*
     drop: generic kwargs the family's config does not take
     """
@@ -60,6 +62,7 @@ class Family:
     layer_attrs: tuple = ()
     mlm_prefixes: tuple = ()
     fresh_norm_on_copy: Optional[str] = None
+    token_linears: bool = True
     tiny: Callable[[object], dict] = field(default=lambda b: {})
     drop: tuple = ()
 
@@ -94,7 +97,7 @@ FAMILIES = MappingProxyType({
     "electra": Family(layers="encoder.layer", mlm_prefixes=("generator_lm_head.",),
                       tiny=lambda b: dict(embedding_size=b.hidden_size)),
     "deberta-v2": Family(layers="encoder.layer", mlm_prefixes=("lm_predictions.", "cls.predictions."),
-                         tiny=_deberta_v3),
+                         token_linears=False, tiny=_deberta_v3),
     "distilbert": Family(layers="transformer.layer", pal=PalEntry("output_layer_norm", 0, "input"),
                          token_types=False, mlm_prefixes=("vocab_projector.", "vocab_transform."),
                          tiny=lambda b: dict(hidden_dim=b.intermediate_size), drop=("type_vocab_size",)),

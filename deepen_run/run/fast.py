@@ -3,6 +3,7 @@
 - bf16 autocast where the hardware runs bf16 matmuls natively: train.mixed_precision=auto picks it on
   a bf16 GPU and on a CPU with AMX or AVX-512 BF16 (choose_precision); elsewhere, and with
   train.mixed_precision=no, the exact fp32 path. The choice and its reason are run params.
+- Training's layer Linears on the real tokens alone where bf16 runs on a CPU (use_unpad, train.unpad).
 - CUDA: TF32 matmuls. AdamW's kernel: train.optimizer_impl (adamw_kwargs). Optional torch.compile
   (train.compile=true) through Accelerate's dynamo plugin, so unwrap_model / save / DDP keep working.
 - Several processes (accelerate launch / torchrun): DDP must tolerate parameters a step leaves
@@ -18,7 +19,8 @@ from accelerate.utils import DistributedDataParallelKwargs, TorchDynamoPlugin
 
 # The precision choice lives below run/: deepen_run.load predicts at its run's precision too.
 from deepen_run.precision import (CPU_BF16_FLAGS, attention_choice, choose_precision, cpu_flags,  # noqa: F401
-                                  dropout_masks_choice, precision_choice, resolve_precision)
+                                  dropout_masks_choice, precision_choice, resolve_precision,
+                                  unpad_choice)
 
 
 def enable_tf32() -> None:
@@ -73,6 +75,22 @@ def use_dropout_masks(model, tcfg) -> list[str]:
     from deepen_run.model.dropout import install
 
     return install(model, model.backbone, attention_choice(tcfg)[0])
+
+
+def use_unpad(model, tcfg) -> dict[str, str]:
+    """train.unpad=on (auto: bf16 on a CPU): the backbone's layer Linears skip the padding in training
+    (deepen_run/model/unpad.py). -> the params saying what was chosen, why, and how many Linears."""
+    choice, why = unpad_choice(tcfg)
+    n = 0
+    if choice == "on":
+        from deepen_run.model import unpad
+
+        ok, why_not = unpad.supported(model.backbone)
+        if ok:
+            n = unpad.install(model.backbone)
+        else:
+            choice, why = "off", why_not
+    return {"train/unpad": choice, "train/unpad_reason": why, "train/unpad_linears": str(n)}
 
 
 def cpu_processes() -> bool:

@@ -31,7 +31,7 @@ from deepen_run.run.early_stop import EarlyStop
 from deepen_run.errors import NonFiniteLoss
 from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
-from deepen_run.run.fast import run_params, use_dropout_masks
+from deepen_run.run.fast import run_params, use_dropout_masks, use_unpad
 from deepen_run.run.lifecycle import SignalGuard
 from deepen_run.run.bookkeeping import Bookkeeping, log_run_records
 from deepen_run.run.optim import optimizer_for, scheduler_for  # noqa: F401 (part of this module's API)
@@ -96,8 +96,10 @@ def setup(cfg, run: Run) -> Recipe:
     sampler = TaskSampler(cfg.schedule, {t: len(d.train) for t, d in data.items()}, steps_per_epoch, total, cfg.seed)
 
     swapped = use_dropout_masks(model, tcfg)  # after the method's hooks: its own dropouts too
+    unpadded = use_unpad(model, tcfg)
     optimizer = optimizer_for(model, tcfg, accelerator.device.type, run.new_params)
-    tracker.log_params(run_params(tcfg, accelerator.device.type) | {"train/dropout_masks_in": ",".join(swapped) or "-"})
+    tracker.log_params(run_params(tcfg, accelerator.device.type) | unpadded |
+                       {"train/dropout_masks_in": ",".join(swapped) or "-"})
     scheduler = scheduler_for(optimizer, tcfg, total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
