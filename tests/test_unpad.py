@@ -110,3 +110,31 @@ def test_deberta_is_left_padded_and_auto_is_on_only_for_bf16_on_a_cpu():
         assert choose_unpad("auto", precision, cuda)[0] == "off"  # fp32 keeps its exact path
     for value in ("on", "off"):
         assert choose_unpad(value, "no", False) == (value, "set by train.unpad")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arm", [["method=baseline"], ["method=hire"], ["method=pals"],
+                                 ["method=duplicate", "method.layers=[1]"]], ids=lambda a: a[0])
+def test_each_method_trains_the_same_run_with_and_without_padding(arm, tmp_path, glue_dir):
+    """A whole run through each method's own hooks (HIRE's hidden states, PALs' residual terms, a
+    duplicated layer), fp32 so the two paths differ by rounding alone: the same losses, step by step,
+    to 1e-6 relative (the tiny model's logits start near 0, so its losses move little: one real token
+    put in another's place moved them by more, in every arm), and the same dev score. SST-2: short
+    sentences, so every batch has padding."""
+    from conftest import runs_of
+    from deepen_run.run.preflight import check
+    from deepen_run.run.runner import run
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    for unpadded in ("off", "on"):
+        cfg = make_cfg("backbone=tiny", *arm, "task=sst2", "train.max_steps=4", "train.log_every=1",
+                       "data.max_train_samples=32", "data.max_eval_samples=16", "data.max_seq_length=64",
+                       "train.batch_size=8", "train.mixed_precision=no", f"train.unpad={unpadded}",
+                       f"tracking.uri={uri}", f"data.glue_dir={glue_dir}", f"hydra.run.dir={tmp_path}/{unpadded}")
+        run(cfg, check(cfg))
+    client, (off, on) = runs_of(uri)
+    assert (off.data.params["train/unpad"], on.data.params["train/unpad"]) == ("off", "on")
+    assert int(on.data.params["train/unpad_linears"]) > 0
+    losses = [[m.value for m in client.get_metric_history(r.info.run_id, "train/loss")] for r in (off, on)]
+    assert len(losses[0]) == 4 and losses[0] == pytest.approx(losses[1], rel=1e-6, abs=0)
+    assert on.data.metrics["eval/score"] == pytest.approx(off.data.metrics["eval/score"], abs=1e-6)
