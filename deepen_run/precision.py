@@ -69,35 +69,40 @@ def attention_choice(tcfg) -> tuple[str | None, str]:
     return choose_attention(str(tcfg.get("attention", "auto")), precision, torch.cuda.is_available())
 
 
+def _bf16_cpu_path(key: str, value: str, precision: str, cuda: bool, fast: str, other: tuple[str, str]):
+    """train.<key>: a CPU bf16 fast path. -> (choice, why): as set, else `fast` for bf16 on a CPU and
+    `other` (with its reason) elsewhere."""
+    if value != "auto":
+        return str(value), f"set by train.{key}"
+    if precision == "bf16" and not cuda:
+        return fast, "auto: bf16 on a CPU"
+    return other
+
+
 def choose_dropout_masks(value: str, precision: str, cuda: bool) -> tuple[str, str]:
     """-> (torch | fast, why). auto = fast for bf16 on a CPU, where torch's bernoulli_ masks were 17%
     of a MiniLM training step (deepen_run/model/dropout.py); elsewhere torch's own, so fp32 runs keep
     their exact random stream. Pure, for the test."""
-    if value != "auto":
-        return str(value), "set by train.dropout_masks"
-    if precision == "bf16" and not cuda:
-        return "fast", "auto: bf16 on a CPU"
-    return "torch", "auto: torch's own elsewhere"
-
-
-def dropout_masks_choice(tcfg) -> tuple[str, str]:
-    """choose_dropout_masks for a run's train config on this machine."""
-    precision = precision_choice(tcfg.mixed_precision)[0]
-    return choose_dropout_masks(str(tcfg.get("dropout_masks", "auto")), precision, torch.cuda.is_available())
+    return _bf16_cpu_path("dropout_masks", value, precision, cuda, "fast", ("torch", "auto: torch's own elsewhere"))
 
 
 def choose_unpad(value: str, precision: str, cuda: bool) -> tuple[str, str]:
     """-> (on | off, why). auto = on for bf16 on a CPU, where the layers' Linears are most of a step and
     an SST-2 batch is two-thirds padding (deepen_run/model/unpad.py); elsewhere off, so fp32 runs keep
     their exact path. Pure, for the test."""
-    if value != "auto":
-        return str(value), "set by train.unpad"
-    if precision == "bf16" and not cuda:
-        return "on", "auto: bf16 on a CPU"
-    return "off", "auto: the padded path elsewhere"
+    return _bf16_cpu_path("unpad", value, precision, cuda, "on", ("off", "auto: the padded path elsewhere"))
+
+
+def dropout_masks_choice(tcfg) -> tuple[str, str]:
+    """choose_dropout_masks for a run's train config on this machine."""
+    return _on_this_machine(choose_dropout_masks, tcfg, "dropout_masks")
 
 
 def unpad_choice(tcfg) -> tuple[str, str]:
     """choose_unpad for a run's train config on this machine."""
+    return _on_this_machine(choose_unpad, tcfg, "unpad")
+
+
+def _on_this_machine(choose, tcfg, key: str):
     precision = precision_choice(tcfg.mixed_precision)[0]
-    return choose_unpad(str(tcfg.get("unpad", "auto")), precision, torch.cuda.is_available())
+    return choose(str(tcfg.get(key, "auto")), precision, torch.cuda.is_available())

@@ -144,6 +144,8 @@ def trainer(cfg, spec, tok, ordered, dev, init_state, lap, pad_to: int | None = 
         lr_scheduler_type=tcfg.lr_scheduler, max_steps=tcfg.max_steps, max_grad_norm=tcfg.max_grad_norm,
         logging_steps=tcfg.log_every, save_strategy="no", eval_strategy="no", report_to="none",
         train_sampling_strategy="sequential", seed=cfg.seed, disable_tqdm=True, bf16=bf16,
+        # without a GPU the Trainer takes bf16=True only when told it runs on the CPU
+        use_cpu=bf16 and not torch.cuda.is_available(),
         tf32=True if torch.cuda.is_available() else None, dataloader_num_workers=cfg.data.num_workers,
         dataloader_pin_memory=torch.cuda.is_available())
     t = Trainer(model=hf_model(cfg, spec, init_state), args=args, train_dataset=ordered, data_collator=collator,
