@@ -51,7 +51,7 @@ ui: install
 lint: install
 	$(BIN)/ruff check deepen_run tests scripts
 
-# Side-by-side with the Hugging Face Trainer, method overheads, length sweep (< 15 min on 2 CPU
+# Side-by-side with the Hugging Face Trainer, method overheads, length sweep (about 40 min on 2 CPU
 # cores), start-up cost; writes outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run,
 # BENCH_ARGS=--startup-only for the start-up section alone.
 bench: install
