@@ -39,9 +39,6 @@ class Tokens:
             return
         self.shape, self.index = mask.shape, mask.reshape(-1).nonzero().squeeze(1)
 
-    def clear(self) -> None:
-        self.shape = self.index = None
-
 
 class TokenLinear(nn.Linear):
     """nn.Linear that, in training, maps only the positions Tokens names and leaves zeros elsewhere."""
@@ -70,7 +67,7 @@ def _set(tokens: Tokens, module, args, kwargs) -> None:
 
 
 def _clear(tokens: Tokens, module, args, kwargs, output) -> None:
-    tokens.clear()
+    tokens.set(None)
 
 
 def install(backbone: nn.Module) -> int:
