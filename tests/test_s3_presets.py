@@ -3,13 +3,11 @@ its runs: the multi-task rows keep the tasks' real size ratio, so the sampler's 
 between proportional, sqrt and annealed, and annealed's move over the epochs; the PALs paper's rows
 sit at its relative budgets; the capacity control matches HIRE's parameter count; fresh seeds, and
 each confirmatory member's n is the one the floor study's paired std asks for (deepen-report --power)."""
-import functools
-
 import torch
 from omegaconf import OmegaConf
 
 from conftest import make_cfg
-from test_study_presets import compose_all, jobs
+from test_study_presets import grid
 from deepen_run.config.schema import ROOT
 from deepen_run.data.glue import TASKS, get_tasks
 from deepen_run.data.loaders import train_size
@@ -20,12 +18,6 @@ from deepen_run.model.heads import count
 
 S3 = sorted(p.stem for p in (ROOT / "conf" / "study").glob("s3_*.yaml"))
 MULTI = ("s3_multi_a", "s3_multi_b", "s3_multi_c", "s3_pilot_lr_multi")
-
-
-@functools.cache
-def grid(preset: str) -> list:
-    """Every job of the preset, composed once for this file (the configs are only read)."""
-    return compose_all(jobs(preset))
 
 
 def tsv_rows(glue_dir, task: str) -> int:

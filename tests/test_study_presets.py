@@ -2,6 +2,8 @@
 silently break. Jobs are expanded from the preset's hydra.sweeper.params the way Hydra's basic
 sweeper does; each is composed with the compose API, passes the pre-flight checks, and its method
 builds on a tiny random backbone (the real backbones' sizes are checked by the dry runs in the README)."""
+import functools
+
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -27,6 +29,14 @@ def compose_all(job_list: list[list[str]], *extra: str) -> list:
         return [compose(config_name="config", overrides=[*job, *extra]) for job in job_list]
 
 
+@functools.cache
+def grid(preset: str) -> list:
+    """Every job of the preset, composed once a test process (about 0.1 s a job; the presets hold
+    over a thousand). The configs are only read, and their interpolations resolve when read, so a
+    test that changes the environment (DEEPEN_STUDY_DUPLICATE_*) sees its own values."""
+    return compose_all(jobs(preset))
+
+
 def test_there_are_presets():
     assert {"cpu_single", "cpu_multi", "paper_single", "paper_multi", "abl_hire", "abl_duplicate", "abl_lr"} <= set(PRESETS)
 
@@ -39,7 +49,7 @@ def _probe_layers(monkeypatch):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_job_of_a_study_preset_composes_and_builds(preset, glue_dir):
+def test_every_job_of_a_study_preset_composes_and_builds(preset):
     from deepen_run.model.backbone import load_model
     from deepen_run.data.glue import get_tasks
     from deepen_run.methods import METHODS
@@ -48,7 +58,7 @@ def test_every_job_of_a_study_preset_composes_and_builds(preset, glue_dir):
     expanded = jobs(preset)
     assert len(expanded) >= 4  # the multi-task pilot: 2 arms x 2 scales
     built = set()
-    for job, cfg in zip(expanded, compose_all(expanded, f"data.glue_dir={glue_dir}")):
+    for job, cfg in zip(expanded, grid(preset), strict=True):
         OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
         numbers(cfg)
         tasks = get_tasks(list(cfg.task.names))
@@ -63,8 +73,7 @@ def test_every_job_of_a_study_preset_composes_and_builds(preset, glue_dir):
 
 
 def test_the_cpu_grids_are_the_study():
-    a = compose_all(jobs("cpu_single"))
-    b = compose_all(jobs("cpu_multi"))
+    a, b = grid("cpu_single"), grid("cpu_multi")
     assert len(a) == 45 and len(b) == 6
     assert {(c.method.name, bool(OmegaConf.select(c, "backbone.duplicate_layers"))) for c in a} == \
         {("baseline", False), ("hire", False), ("baseline", True)}
@@ -82,7 +91,7 @@ def test_the_floor_study_has_every_control_on_five_seeds():
     for every method, and each control of the primary questions."""
     import importlib.util
 
-    grids = {p: compose_all(jobs(p)) for p in PRESETS if p.startswith("floor_")}
+    grids = {p: grid(p) for p in PRESETS if p.startswith("floor_")}
     spec = importlib.util.spec_from_file_location("study", ROOT / "scripts" / "study.py")
     study = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(study)
@@ -114,15 +123,15 @@ def test_the_floor_study_has_every_control_on_five_seeds():
 
 def test_gpu_presets_follow_their_papers(monkeypatch):
     monkeypatch.setenv("DEEPEN_STUDY_DUPLICATE_roberta_base", "[9, 10]")
-    single = [c for c in compose_all(jobs("paper_single")) if OmegaConf.select(c, "backbone.duplicate_layers")]
+    single = [c for c in grid("paper_single") if OmegaConf.select(c, "backbone.duplicate_layers")]
     assert {(c.backbone.name, tuple(c.backbone.duplicate_layers)) for c in single} == \
         {("bert_base", (10, 11)), ("roberta_base", (9, 10))}  # each backbone's own layers
-    multi = compose_all(jobs("paper_multi"))
+    multi = grid("paper_multi")
     assert {tuple(c.task.names) for c in multi} == {("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")}
     assert {c.train.model_selection for c in [*single, *multi]} == {"final"}  # one rule, a param of every run
     monkeypatch.delenv("DEEPEN_STUDY_DUPLICATE_roberta_base")
     with pytest.raises(Exception, match="DEEPEN_STUDY_DUPLICATE_roberta_base"):
-        [OmegaConf.to_container(c, resolve=True) for c in compose_all(jobs("paper_single"))]
+        [OmegaConf.to_container(c, resolve=True) for c in grid("paper_single")]
 
 
 def test_the_study_prints_each_reports_command(tmp_path):
