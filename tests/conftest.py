@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -13,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from deepen_run.config.schema import ROOT, register
 from deepen_run.methods import schemas
+from deepen_run.util import sqlite_path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -35,7 +38,9 @@ def glue_dir() -> str:
 
 @pytest.fixture
 def mlflow_uri(tmp_path) -> str:
-    return f"sqlite:///{tmp_path}/mlflow.db"
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    existing_store(uri)
+    return uri
 
 
 def make_cfg(*overrides: str):
@@ -66,14 +71,44 @@ def _session_tmp(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def _test_tmp(tmp_path):
-    _tmp["test"] = tmp_path
+def _test_tmp(tmp_path, request):
+    _tmp.update(test=tmp_path, fresh=request.node.get_closest_marker("fresh_store") is not None)
     yield
     _tmp.pop("test", None)
+    _tmp.pop("fresh", None)
+
+
+def _store_template() -> Path:
+    """An empty SQLite store with MLflow's schema, made by MLflow once a test process: a fresh store
+    costs 0.6-1 s of CPU in its ~50 alembic migrations, and the suite opens over a hundred. Its
+    experiments are deleted, so MLflow makes its Default experiment (id 0) again, with the new
+    store's own artifact location, when it first opens a copy: a copy is a store as MLflow leaves it."""
+    made = _tmp["session"] / "store-template.db"
+    if not made.is_file():
+        tmp = made.with_suffix(".making")
+        MlflowClient(f"sqlite:///{tmp}").search_experiments(max_results=1)
+        con = sqlite3.connect(tmp)
+        con.execute("DELETE FROM experiments")
+        con.commit()
+        con.close()
+        tmp.rename(made)
+    return made
+
+
+def existing_store(uri: str) -> None:
+    """Tests run in a store that exists already, as a user's second run does (its own empty SQLite
+    file, copied from the template), unless marked fresh_store: those check what a run does to a
+    store it creates (refusals leave none, a failed attempt removes its own), and
+    tests/test_tracking_store.py creates its stores by hand."""
+    db = sqlite_path(uri)
+    if db is None or db.exists() or not db.parent.is_dir() or _tmp.get("fresh") or "session" not in _tmp:
+        return
+    shutil.copyfile(_store_template(), db)
 
 
 def isolated(args, kind: str = "run") -> list[str]:
-    """args plus run dir, sweep dir, tracking store and cache in tmp folders, unless given."""
+    """args plus run dir, sweep dir, tracking store and cache in tmp folders, unless given; the store
+    exists already (existing_store)."""
     if "session" not in _tmp:
         return list(args)
     home = _tmp.get("test") or _tmp["session"]
@@ -81,7 +116,11 @@ def isolated(args, kind: str = "run") -> list[str]:
     given = {a.split("=", 1)[0].lstrip("+~") for a in args if "=" in a}
     defaults = {"hydra.run.dir": base / "run", "hydra.sweep.dir": base / "sweep",
                 "tracking.uri": f"sqlite:///{home}/mlflow.db", "data.cache_dir": _tmp["cache"]}
-    return [*args, *(f"{k}={v}" for k, v in defaults.items() if k not in given)]
+    out = [*args, *(f"{k}={v}" for k, v in defaults.items() if k not in given)]
+    for a in out:
+        if a.startswith("tracking.uri="):
+            existing_store(a.split("=", 1)[1])
+    return out
 
 
 def cli(*args: str, timeout: int = HANG, env: dict | None = None, prog: str = "deepen-run") -> subprocess.CompletedProcess:

@@ -128,6 +128,7 @@ def test_bad_indices_fail_in_the_preflight_for_every_method(glue_dir):
         check(make_cfg("backbone.cosine_samples=0", f"data.glue_dir={glue_dir}"))
 
 
+@pytest.mark.fresh_store
 def test_bad_indices_cli_one_line_exit_2_no_run(tmp_path, glue_dir):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     r = cli("method=hire", "backbone=minilm", "backbone.duplicate_layers=[-1]", f"data.glue_dir={glue_dir}",

@@ -16,6 +16,7 @@ from test_bad_input import snapshot, user_folder
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+@pytest.mark.fresh_store
 def test_a_folder_of_the_users_is_refused_and_untouched(tmp_path):
     """The issue's report: `hydra.run.dir=. seed=-1` from ~/thesis emptied it. Now: one line naming the
     folder, exit 2, every file in place; the same for a sweep dir."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HANG, cli, runs_of
+from conftest import HANG, cli, existing_store, runs_of
 from deepen_run.report import main as report
 
 SWEEP = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "seed=1,2,3,4,5,6", "task=rte", "backbone=tiny",
@@ -46,6 +46,7 @@ def interrupt(tmp_path, glue_dir, sig):
     sweep = tmp_path / "sweep"
     args = [*SWEEP, f"data.glue_dir={glue_dir}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
             f"hydra.sweep.dir={sweep}", f"data.cache_dir={tmp_path}/cache"]
+    existing_store(f"sqlite:///{tmp_path}/mlflow.db")
     exe = Path(sys.executable).with_name("deepen-run")
     proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -109,6 +109,7 @@ def test_a_job_that_started_as_the_sweep_stopped_stops_itself(tmp_path):
     assert e.value.signum == signal.SIGTERM
 
 
+@pytest.mark.fresh_store
 def test_one_bad_value_launches_nothing(tmp_path, glue_dir):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     rest = [a for a in TINY if not a.startswith("train.batch_size")]
