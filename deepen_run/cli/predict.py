@@ -47,7 +47,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         from deepen_run.data.glue import TASKS
         from deepen_run.serve import table
         from deepen_run.serve.loading import build, open_model
-        from deepen_run.serve.predictor import pick_task, split_inputs
+        from deepen_run.serve.table import pick_task, split_inputs  # no torch: refusals stay cheap
 
         folder, cfg, info = open_model(a.run, a.tracking_uri)
         spec = pick_task({t: TASKS[t] for t in info["tasks"]}, a.task)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import torch
 
-from deepen_run.errors import UserError
+from deepen_run.serve.table import Text, pick_task, split_inputs
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model's forward takes from a batch
-Text = Union[str, Sequence[str]]  # a sentence, or a pair (a, b)
 
 
 @dataclass
@@ -28,39 +27,6 @@ class Prediction:
     probabilities: dict = field(default_factory=dict)
     score: Optional[float] = None
     extras: dict = field(default_factory=dict)
-
-
-def pick_task(tasks: dict, task: Optional[str]):
-    """The TaskSpec to predict: `task`, or the model's only one."""
-    if task is None:
-        if len(tasks) > 1:
-            raise UserError(f"this model has {len(tasks)} tasks ({', '.join(tasks)}); name one (task=... / --task)")
-        return next(iter(tasks.values()))
-    if task not in tasks:
-        raise UserError(f"task {task!r} is not one of this model's: {', '.join(tasks)}")
-    return tasks[task]
-
-
-def split_inputs(texts: Sequence[Text], spec) -> tuple[list[str], Optional[list[str]]]:
-    """-> (first sentences, second sentences or None); a pair for a one-sentence task, or one
-    sentence for a pair task, is refused naming the first such input."""
-    if isinstance(texts, str) or (isinstance(texts, tuple) and len(texts) == 2 and spec.text_b
-                                  and all(isinstance(t, str) for t in texts)):
-        texts = [texts]
-    a, b = [], []
-    for i, t in enumerate(texts):
-        pair = not isinstance(t, str)
-        if pair and len(t) != 2:
-            raise UserError(f"input {i + 1} has {len(t)} parts; give a sentence or a pair (a, b)")
-        if pair and not spec.text_b:
-            raise UserError(f"input {i + 1} is a sentence pair, but {spec.name} takes one sentence")
-        if not pair and spec.text_b:
-            raise UserError(f"input {i + 1} is one sentence, but {spec.name} takes a pair "
-                            f"({spec.text_a}, {spec.text_b})")
-        a.append(t[0] if pair else t)
-        if pair:
-            b.append(t[1])
-    return a, (b if spec.text_b else None)
 
 
 class TrainedModel:

@@ -1,4 +1,5 @@
-"""deepen-predict's text in and out: inputs from arguments, a TSV or stdin; results as a TSV.
+"""deepen-predict's text in and out: inputs from arguments, a TSV or stdin, checked against the task
+(no torch: a refusal comes at once); results as a TSV.
 
 A TSV input either has a header naming the task's GLUE columns (e.g. SST-2's dev.tsv: sentence;
 MRPC's: #1 String, #2 String; an `index` column, if any, gives each row's idx) or has none: then
@@ -13,12 +14,46 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence, Union
 
 from deepen_run.errors import UserError
 
 csv.field_size_limit(sys.maxsize)
 INDEX = ("index", "idx")
+Text = Union[str, Sequence[str]]  # a sentence, or a pair (a, b)
+
+
+def pick_task(tasks: dict, task: Optional[str]):
+    """The TaskSpec to predict: `task`, or the model's only one."""
+    if task is None:
+        if len(tasks) > 1:
+            raise UserError(f"this model has {len(tasks)} tasks ({', '.join(tasks)}); name one (task=... / --task)")
+        return next(iter(tasks.values()))
+    if task not in tasks:
+        raise UserError(f"task {task!r} is not one of this model's: {', '.join(tasks)}")
+    return tasks[task]
+
+
+def split_inputs(texts: Sequence[Text], spec) -> tuple[list[str], Optional[list[str]]]:
+    """-> (first sentences, second sentences or None); a pair for a one-sentence task, or one
+    sentence for a pair task, is refused naming the first such input."""
+    if isinstance(texts, str) or (isinstance(texts, tuple) and len(texts) == 2 and spec.text_b
+                                  and all(isinstance(t, str) for t in texts)):
+        texts = [texts]
+    a, b = [], []
+    for i, t in enumerate(texts):
+        pair = not isinstance(t, str)
+        if pair and len(t) != 2:
+            raise UserError(f"input {i + 1} has {len(t)} parts; give a sentence or a pair (a, b)")
+        if pair and not spec.text_b:
+            raise UserError(f"input {i + 1} is a sentence pair, but {spec.name} takes one sentence")
+        if not pair and spec.text_b:
+            raise UserError(f"input {i + 1} is one sentence, but {spec.name} takes a pair "
+                            f"({spec.text_a}, {spec.text_b})")
+        a.append(t[0] if pair else t)
+        if pair:
+            b.append(t[1])
+    return a, (b if spec.text_b else None)
 
 
 def from_lines(lines: Iterable[str]) -> list:
