@@ -391,3 +391,26 @@ def test_a_late_copy_of_the_signal_is_dropped_in_a_sweep_worker(copies):
                     os.kill(os.getpid(), sig.SIGINT)  # a user's second Ctrl-C
     finally:
         guard.uninstall()
+
+
+def test_a_signal_that_library_code_swallows_still_stops_the_run():
+    """datasets' fingerprint hashing catches everything (a bare except): a Ctrl-C that landed there
+    while a sweep job tokenized its data was lost, the launcher's copy was dropped as a repeat, and the
+    job trained on (seen once in CI). The signal stays pending, so the run's next check stops it."""
+    import signal as sig
+
+    from deepen_run.run.lifecycle import Interrupted, SignalGuard
+
+    guard, swallowed = SignalGuard(repeats_are_copies=True).install(), False
+    try:
+        try:
+            os.kill(os.getpid(), sig.SIGINT)  # the process group's Ctrl-C, inside library code
+            time.sleep(1)
+        except BaseException:  # noqa: BLE001 (the library's bare except)
+            swallowed = True
+        os.kill(os.getpid(), sig.SIGINT)  # the launcher's copy: a repeat, dropped
+        assert swallowed and guard.pending == sig.SIGINT
+        with guard.deferred(), pytest.raises(Interrupted):
+            guard.raise_pending()  # a step's end (run/checkpoint.py on_step)
+    finally:
+        guard.uninstall()

@@ -86,6 +86,11 @@ class SignalGuard:
         if self.defer and self.pending is None:
             self.pending = signum
             return
+        # Raised here, in whatever code the main thread is running, and kept pending as well: library
+        # code that catches everything (datasets' fingerprint hashing has a bare `except:`) can swallow
+        # the KeyboardInterrupt, and in a sweep worker the launcher's copy is then dropped as a repeat.
+        # A pending signal stops the run at its next check (a step's end), saved.
+        self.pending = signum
         raise Interrupted(signum)
 
     @contextmanager
