@@ -34,3 +34,33 @@ def test_missing_or_empty_parts_are_named(tmp_path):
     (ckpt / "model.safetensors").unlink()
     assert damage(ckpt) == "model.safetensors is missing"
     assert damage(tmp_path / "nowhere") == "model.safetensors is missing"
+
+
+def _steps(home):
+    return sorted(int(p.name[5:]) for p in (home / "checkpoints").glob("step-*"))
+
+
+def test_rotation_keeps_the_newest_up_to_the_saved_step_and_drops_later_leftovers(tmp_path):
+    """A resume from step-20 past a damaged step-40: saving step-30 keeps 30 and 20 (limit 2), and
+    the leftover 40 goes, instead of pushing the new and the whole ones out."""
+    from deepen_run.run.checkpoint import rotate
+
+    for s in (10, 20, 40):
+        (tmp_path / "checkpoints" / f"step-{s}").mkdir(parents=True)
+        (tmp_path / "checkpoints" / f"step-{s}" / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoints" / "step-30").mkdir()
+    (tmp_path / "checkpoints" / "step-30" / "trainer_state.json").write_text("{}")
+    rotate(tmp_path, 30, 2)
+    assert _steps(tmp_path) == [20, 30]
+    rotate(tmp_path, 30, 1)
+    assert _steps(tmp_path) == [30]
+
+
+def test_best_weights_caught_between_their_two_renames_come_back(tmp_path):
+    from deepen_run.run.checkpoint import recover_best
+
+    old = tmp_path / "checkpoints" / ".best.old"
+    old.mkdir(parents=True)
+    (old / "model.safetensors").write_text("w")
+    recover_best(tmp_path)
+    assert (tmp_path / "checkpoints" / "best" / "model.safetensors").read_text() == "w" and not old.exists()

@@ -127,6 +127,26 @@ def test_sigkill_then_resume_equals_uninterrupted(reference, glue_dir, tmp_path)
     assert sorted(p.name for p in (tmp_path / "runs" / "resume").iterdir()) == [".hydra", "cli.log"]
 
 
+def test_a_kill_during_a_checkpointed_evaluation_resumes_to_the_same_history(reference, glue_dir, tmp_path):
+    """Step 40 is saved and evaluated, the checkpoint first. Killed as it appears (mostly during that
+    evaluation), the run must not lose the evaluation: resume=auto makes it again where the checkpoint
+    does not count it, and the metric history equals the uninterrupted run's."""
+    uri, ref_client, ref_run, _ = reference
+    run_dir = tmp_path / "evalkill" / "run"
+    cmd = args(glue_dir, uri, run_dir, "resume=auto")
+    proc = start(*cmd)
+    state = run_dir / "checkpoints" / "step-40" / "trainer_state.json"
+    wait_for(lambda: state.is_file() or proc.poll() is not None, "the checkpoint of step 40")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=HANG)
+    r = cli(*cmd, env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "at step 40 of 120" in r.stdout + r.stderr
+    client, (run,) = runs_of(uri, "evalkill")
+    assert run.info.status == "FINISHED"
+    assert final(run) == final(ref_run) and history(client, run) == history(ref_client, ref_run)
+
+
 def test_sigterm_ends_killed_with_a_checkpoint(glue_dir, store, tmp_path):
     uri, run_dir = store, tmp_path / "sigterm" / "run"
     proc = start(*args(glue_dir, uri, run_dir, "train.max_steps=100000", "train.save_every=20"))

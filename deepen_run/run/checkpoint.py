@@ -105,6 +105,25 @@ def usable(home: Path, report=None) -> Optional[Path]:
     return None
 
 
+def rotate(home: Path, step: int, limit: int) -> None:
+    """After saving `step`: keep the newest `limit` checkpoints up to it. Any later one is left from
+    before a resume (a damaged one the resume skipped, or one of an attempt that got further): this
+    run trains those steps again, and counted among the newest it would push out the one saved now."""
+    found = steps_of(home)
+    later = [p for s, p in found if s > step]
+    kept = [p for s, p in found if s <= step][-limit:]
+    for _, p in found:
+        if p in later or p not in kept:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def recover_best(home: Path) -> None:
+    """A kill between best/'s two renames (Checkpointer._write) left it as .best.old: put it back."""
+    ckpts = home / "checkpoints"
+    if not (ckpts / "best").exists() and (ckpts / ".best.old").is_dir():
+        (ckpts / ".best.old").rename(ckpts / "best")
+
+
 def read_run_file(home: Path) -> dict:
     f = home / RUN_FILE
     return json.loads(f.read_text()) if f.is_file() else {}
@@ -169,6 +188,7 @@ class Checkpointer:
         self.signals = signals or SignalGuard()  # the run's guard (on_step raises its deferred signal)
         self.streams: dict[str, TaskStream] = {}
         self.step, self.saved_step = 0, -1
+        self.evaluated = None  # the last step whose evaluation is in the state (a resume redoes a missing one)
         self.best, self.best_step = -math.inf, None
         self.extra: dict = {}  # more of the loop's state to save and restore (early stopping's counter)
 
@@ -180,23 +200,24 @@ class Checkpointer:
         """Load a checkpoint into the prepared model/optimizer/scheduler; returns its step."""
         if ckpt is None:
             return 0
+        recover_best(ckpt.parent.parent)
         self.acc.load_state(str(ckpt))
         st = json.loads((ckpt / STATE).read_text())
         for t, n in st["consumed"].items():
             self.streams[t].consumed = n
         self.step = self.saved_step = st["step"]
         self.best, self.best_step = st.get("best_score", -math.inf), st.get("best_step")
-        self.extra = st.get("extra", {})
+        self.evaluated, self.extra = st.get("evaluated"), st.get("extra", {})
         return self.step
 
     def _state(self, step: int) -> dict:
         return {"step": step, "consumed": {t: s.consumed for t, s in self.streams.items()},
-                "best_score": self.best, "best_step": self.best_step, "extra": self.extra}
+                "best_score": self.best, "best_step": self.best_step, "evaluated": self.evaluated, "extra": self.extra}
 
     def _write(self, final: Path, fill) -> None:
         # Hidden while it fills: a reader that globs checkpoints/step-* (a script, a test) never finds
         # a half-written one; the rename below is what makes it a checkpoint.
-        tmp = final.with_name(f".{final.name}.tmp")
+        tmp, old = (final.with_name(f".{final.name}.{kind}") for kind in ("tmp", "old"))
         if self.acc.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
@@ -204,8 +225,13 @@ class Checkpointer:
         fill(tmp)
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
-            shutil.rmtree(final, ignore_errors=True)
+            # best/ is replaced: moved aside first, so a kill between the renames leaves .best.old,
+            # which `recover` puts back, never no best weights at all.
+            shutil.rmtree(old, ignore_errors=True)
+            if final.exists():
+                final.rename(old)
             tmp.rename(final)
+            shutil.rmtree(old, ignore_errors=True)
 
     def save(self, step: int) -> None:
         if self.root is None or step == self.saved_step:
@@ -219,12 +245,16 @@ class Checkpointer:
         self._write(self.root / f"step-{step}", fill)
         self.saved_step = step
         if self.acc.is_main_process:
-            for _, old in steps_of(self.root.parent)[:-self.limit]:
-                shutil.rmtree(old, ignore_errors=True)
+            rotate(self.root.parent, step, self.limit)
+
+    def evaluated_at(self, step: int) -> None:
+        """The evaluation of `step` is recorded (metrics logged, best weights kept, early stopping
+        counted). A checkpoint of `step` is saved before that evaluation: its state is rewritten
+        to count it, so a resume neither loses it nor, once counted, makes it again."""
+        self.evaluated = step
+        self.refresh(step)
 
     def refresh(self, step: int) -> None:
-        """A checkpoint of `step` is saved before that step's evaluation: rewrite its state with what
-        the evaluation changed (best score, early stopping's counter), so a resume counts it."""
         path = self.root / f"step-{step}" / STATE if self.root is not None else None
         if step == self.saved_step and self.acc.is_main_process and path is not None and path.is_file():
             tmp = path.with_name(STATE + ".tmp")

@@ -39,12 +39,9 @@ class EarlyStop:
 
     def update(self, score: float, step: int, total: int) -> bool:
         """After the evaluation at `step`: True when the run should end here (never at its last step).
-        A checkpoint of this step, saved just before the evaluation, gets the new count."""
-        if self.patience is None:
-            return False
-        stop = self._count(score, step, total)
-        self.saver.refresh(step)
-        return stop
+        A checkpoint of this step, saved just before the evaluation, gets the new count when the
+        evaluation is done (Checkpointer.evaluated_at)."""
+        return self.patience is not None and self._count(score, step, total)
 
     def message(self, total: int) -> str:
         s = self.state

@@ -125,6 +125,10 @@ def fit(r: Recipe) -> dict:
     book, last = Bookkeeping(r), None
     try:
         with r.signals.deferred():  # signals wait for the end of the step, then save and stop
+            if r.start and book.evaluates_at(r.start) and r.saver.evaluated != r.start:
+                # Resumed from a checkpoint saved before its step's evaluation (the signal that stopped
+                # the run came during that step, or a kill during the evaluation): make it now.
+                last = evaluate_at(r, book, stopper, r.start)
             for step in range(r.start, r.total):
                 started = book.begin(step)
                 task = r.sampler.task(step)
@@ -132,14 +136,9 @@ def fit(r: Recipe) -> dict:
                     book.add(task, train_step(r, task, next(batches[task]), step) / gas, 1 / gas)
                 done = book.end(step, started)
                 if book.evaluates_at(done):
-                    book.join()  # the metric imports end first (glue_metrics.preload says why)
-                    last = evaluate_and_keep(r, done)
-                    book.bar.set_postfix(score=f"{last[0].get('eval/score', float('nan')):.4f}")
-                    if stopper.update(last[0].get("eval/score", float("nan")), done, r.total):
-                        # The run ends at this step: what follows records, selects and predicts here.
-                        r.total = stopper.record(r.tracker, r.total, lambda m: r.accelerator.is_main_process and
-                                                 book.bar.write(m, file=sys.stderr))
-                        break
+                    last = evaluate_at(r, book, stopper, done)
+                    if done == r.total:
+                        break  # the last step, or early stopping ended the run here
             book.close()
         # A signal after the last step's check (during the final evaluation's logging, the bar) waited
         # for a step end that will not come: it stops the run here, the last step saved.
@@ -150,6 +149,20 @@ def fit(r: Recipe) -> dict:
         raise
     finally:
         book.join()
+
+
+def evaluate_at(r: Recipe, book: Bookkeeping, stopper: EarlyStop, step: int) -> tuple[dict, Evaluation]:
+    """The loop's evaluation at `step`, counted by early stopping (which may end the run here: r.total
+    becomes `step`), then marked done in the checkpoint of `step`. -> (flat metrics, evaluation)."""
+    book.join()  # the metric imports end first (glue_metrics.preload says why)
+    last = evaluate_and_keep(r, step)
+    score = last[0].get("eval/score", float("nan"))
+    book.bar.set_postfix(score=f"{score:.4f}")
+    if stopper.update(score, step, r.total):
+        r.total = stopper.record(r.tracker, r.total, lambda m: r.accelerator.is_main_process and
+                                 book.bar.write(m, file=sys.stderr))
+    r.saver.evaluated_at(step)
+    return last
 
 
 def final_record(r: Recipe, last: tuple[dict, Evaluation] | None, t0: float) -> dict:
