@@ -5,8 +5,11 @@ import itertools
 import random
 
 import datasets
+import pytest
+import torch
+from transformers import get_scheduler
 
-from conftest import make_cfg
+from conftest import cli, make_cfg, runs_of
 from deepen_run.model import backbone as bb
 from deepen_run.run.checkpoint import TaskStream
 from deepen_run.data.loaders import make_loader
@@ -108,3 +111,25 @@ def test_an_evaluation_pass_leaves_the_training_rng_alone():
     for _ in loader:
         pass
     assert torch.equal(torch.rand(3), want)
+
+
+def test_gradient_accumulation_updates_once_a_step_across_loader_ends(glue_dir, mlflow_uri):
+    """5 batches a pass and 2 micro-batches a step: Accelerate's default would also update at each
+    loader end (mid-step) and shift every later update off the loop's steps. The logged learning rate
+    after each step must be the schedule's after exactly that many updates."""
+    r = cli("backbone=tiny", "task=rte", "data.max_train_samples=40", "data.max_eval_samples=16",
+            "data.max_seq_length=32", "train.batch_size=8", "train.gradient_accumulation_steps=2",
+            "train.max_steps=8", "train.log_every=1", "train.warmup_ratio=0.25", f"data.glue_dir={glue_dir}",
+            f"tracking.uri={mlflow_uri}", env={"OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    client, (run,) = runs_of(mlflow_uri)
+    lr = float(run.data.params["train.learning_rate"])
+    logged = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "train/lr"), key=lambda m: m.step)]
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    schedule = get_scheduler("linear", opt, num_warmup_steps=2, num_training_steps=8)
+    expected = []
+    for _ in range(8):
+        opt.step()
+        schedule.step()
+        expected.append(schedule.get_last_lr()[0])
+    assert logged == pytest.approx(expected, rel=1e-6)

@@ -15,7 +15,7 @@ import os
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedDataParallelKwargs, TorchDynamoPlugin
+from accelerate.utils import DistributedDataParallelKwargs, GradientAccumulationPlugin, TorchDynamoPlugin
 
 # The precision choice lives below run/: deepen_run.load predicts at its run's precision too.
 from deepen_run.precision import (CPU_BF16_FLAGS, attention_choice, choose_precision, cpu_flags,  # noqa: F401
@@ -104,7 +104,11 @@ def make_accelerator(tcfg) -> Accelerator:
     enable_tf32()
     # Inductor compiles again for each new padded length unless shapes are marked dynamic.
     dynamo = TorchDynamoPlugin(backend="inductor", dynamic=True) if tcfg.compile else None
+    # One update every gradient_accumulation_steps micro-batches, the loop's step, and nothing else:
+    # Accelerate's default also updates at a loader's end, but our loaders cycle (checkpoint.TaskStream),
+    # so that update would come mid-step, shift every later one, and not be in the checkpoint.
+    accumulate = GradientAccumulationPlugin(num_steps=tcfg.gradient_accumulation_steps, sync_with_dataloader=False)
     return Accelerator(mixed_precision=resolve_precision(tcfg.mixed_precision),
-                       gradient_accumulation_steps=tcfg.gradient_accumulation_steps,
+                       gradient_accumulation_plugin=accumulate,
                        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
                        dynamo_plugin=dynamo, cpu=cpu_processes())
