@@ -150,8 +150,12 @@ def test_hire_and_pals_exports_load_back_and_predict_what_the_runs_did(hire, pal
     for r, tasks in ((hire, ["sst2"]), (pals, ["sst2", "mrpc"])):
         dest = tmp_path / r.root.name
         if r is hire:  # the command once; the function (what it calls) for the other
+            mine = tmp_path / f"{dest.name}.tmp" / "notes.txt"  # a user's folder beside it: never touched
+            mine.parent.mkdir()
+            mine.write_text("mine")
             done = tool("export", r.run_id, str(dest), "--tracking-uri", r.uri)
             assert done.returncode == 0 and "deepen_run.load" in done.stdout, done.stderr[-3000:]
+            assert mine.read_text() == "mine" and not list(tmp_path.glob(".*.tmp"))
         else:
             assert export(r.run_dir, dest)[1] is None
         card = (dest / "README.md").read_text()

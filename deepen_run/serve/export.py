@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -29,12 +30,25 @@ def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path
     check_target(dest)
     folder, cfg, info = open_model(source, tracking_uri)
     trained = build(folder, cfg, info, device="cpu")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # Filled beside dest under a name no one else has, then renamed: a user's folder is never touched.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    tmp.chmod(0o755)  # mkdtemp's is 0o700: the export is a folder to share, as mkdir makes it
+    try:
+        hf_class = fill(tmp, folder, cfg, info, trained)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return dest, hf_class
+
+
+def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
+    """The export's files into `tmp`; -> the transformers class it loads with, or None."""
     model = trained.model
     state = model.state_dict()
     why = hf.why_not(model, state)
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     hf_class = None
     if why is None:
         from transformers import AutoModelForSequenceClassification
@@ -62,6 +76,4 @@ def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path
                                                   indent=1))
     trained.tokenizer.save_pretrained(str(tmp))
     (tmp / "README.md").write_text(card.text(cfg, info, hf_class, why))
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
-    return dest, hf_class
+    return hf_class
