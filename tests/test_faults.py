@@ -150,6 +150,19 @@ def test_store_deleted_mid_run_is_one_line_and_a_checkpoint(tmp_path, glue_dir):
     assert saved > 5  # the failure saved the step it reached, not only the periodic checkpoint before it
 
 
+@pytest.mark.subprocess
+def test_a_write_that_fails_once_the_run_exists_ends_it_failed(tmp_path, glue_dir):
+    """run.json cannot be written (here a folder holds its name; a full disk does the same): the
+    MLflow run already exists and must end FAILED with the error, not stay RUNNING."""
+    run_dir = tmp_path / "run"
+    (run_dir / "run.json").mkdir(parents=True)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    r = cli(*TINY, "train.max_steps=2", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.run.dir={run_dir}")
+    assert r.returncode == 1 and "IsADirectoryError" in r.stderr, r.stderr[-3000:]
+    _, (run,) = runs_of(uri)
+    assert run.info.status == "FAILED" and run.data.tags["error"].startswith("IsADirectoryError")
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_sigkilled_launcher_alone_stops_its_workers(tmp_path, glue_dir):

@@ -88,13 +88,14 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
             save_run_config(home, cfg)  # a resume reads from Hydra's copy (which lacks a sweep job's name)
         tracker.start(run_name(cfg) + ("-dry" if cfg.dry_run else ""),
                       tags_for(cfg) | provenance() | where | (tags or {}), run_id=run_id)
-        ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
-        if not run_id:
-            save_fingerprint(home, cfg, tasks)
-    monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
-    status = "FAILED"
+    status, monitor = "FAILED", None
     restored = not run_id  # a resume that fails before its checkpoint is back keeps its status
-    try:
+    try:  # from here on, whatever fails (a full disk writing run.json) ends the run
+        with signals.deferred():  # run.json names the run before a signal stops it: resume=auto finds it
+            ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
+            if not run_id:
+                save_fingerprint(home, cfg, tasks)
+        monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
         signals.raise_pending()
         if run_id:  # a resume: same run, RUNNING again; nothing it already logged is logged twice
             tracker.resume()
@@ -144,7 +145,8 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
         # MLflow's status and run.json's are written together: a signal here waits until both say how
         # the run ended (raised between them, the store said FINISHED and run.json RUNNING).
         with signals.deferred():
-            monitor.stop()
+            if monitor is not None:
+                monitor.stop()
             try:
                 tracker.end(status)
             except TrackingLost:
