@@ -27,7 +27,7 @@ def pick_row(table: dict, row: Optional[int]) -> dict:
 
 def best_run(runs: list[dict], row: dict) -> dict:
     """The row's run with the highest eval/score that has a logged model."""
-    mine = [r for r in runs if dict(rr.key_of(r)) == row["config"] and r["tags"].get("model_id")]
+    mine = [r for r in runs if rr.reportable(r) and r["tags"].get("model_id") and dict(rr.key_of(r)) == row["config"]]
     mine = [r for r in mine if not math.isnan(r["metrics"].get("eval/score", math.nan))]
     if not mine:
         raise UserError(f"row {row['id']} has no run that kept its weights (runs keep them with train.save_best=true)")

@@ -43,6 +43,13 @@ def is_dry(run: dict) -> bool:
         str(run["tags"].get("dry_run", "")).lower() in ("true", "1")
 
 
+def reportable(run: dict) -> bool:
+    """What the report's rows are made of: a FINISHED run of GLUE tasks that trained (not a sweep's
+    parent, not a dry run)."""
+    return run["status"] == "FINISHED" and run["tags"].get("sweep_role") != "parent" and "task" in run["tags"] \
+        and not is_dry(run)
+
+
 def tasks_of(run: dict) -> list[str]:
     return run["tags"]["task"].split("+")
 

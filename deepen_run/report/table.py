@@ -94,8 +94,7 @@ def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optiona
     "n" (seeds)."""
     groups: dict[tuple, dict[str, list[tuple[str, float, dict]]]] = {}  # key -> task -> [(seed, value, run)]
     members: dict[tuple, list[dict]] = {}
-    runs = [r for r in runs if r["status"] == "FINISHED" and r["tags"].get("sweep_role") != "parent"
-            and "task" in r["tags"] and not rr.is_dry(r)]
+    runs = [r for r in runs if rr.reportable(r)]
     for r, key in zip(runs, rr.keys(runs)):
         tags = r["tags"]
         for t in rr.tasks_of(r):
