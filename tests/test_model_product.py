@@ -172,8 +172,15 @@ def test_hire_and_pals_exports_load_back_and_predict_what_the_runs_did(hire, pal
 
 @pytest.mark.e2e
 def test_register_names_the_best_run_champion(hire):
-    r = subprocess.run([sys.executable, "-m", "deepen_run.report.main", "--uri", hire.uri, "--register", "sst2-hire"],
-                       capture_output=True, text=True, timeout=HANG)
+    # A sweep's parent in the same store (no task tag) is no row's run: it once crashed --register.
+    exp = hire.client.get_experiment_by_name("deepen-run").experiment_id
+    parent = hire.client.create_run(exp, tags={"sweep_role": "parent", "sweep_id": "s1"}).info.run_id
+    hire.client.set_terminated(parent, "FINISHED")
+    try:
+        r = subprocess.run([sys.executable, "-m", "deepen_run.report.main", "--uri", hire.uri, "--register", "sst2-hire"],
+                           capture_output=True, text=True, timeout=HANG)
+    finally:
+        hire.client.delete_run(parent)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "as sst2-hire version 1, alias champion" in r.stdout
     mv = hire.client.get_model_version_by_alias("sst2-hire", "champion")
@@ -252,6 +259,8 @@ def test_bad_input_is_one_line_and_exit_2(no_weights, pals, tmp_path):
     user = tmp_path / "mine"
     user.mkdir()
     (user / "notes.txt").write_text("keep me")
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("sentence\tlabel\n")  # a header, no rows
     cases = [
         (("predict", "--run", "0123abcd", "--tracking-uri", no_weights.uri, "x"), "no run '0123abcd'"),
         (("predict", "--run", no_weights.run_id, "--tracking-uri", no_weights.uri, "x"), "kept no weights"),
@@ -259,6 +268,10 @@ def test_bad_input_is_one_line_and_exit_2(no_weights, pals, tmp_path):
          "input 1 is a sentence pair, but sst2 takes one sentence"),
         (("predict", "--run", str(pals.run_dir), "x"), "this model has 2 tasks"),
         (("export", str(pals.run_dir), str(user)), "holds files of its own"),
+        (("predict", "--run", str(pals.run_dir), "--task", "sst2", "--tsv", str(empty)), "holds no rows to predict"),
+        (("predict", "--run", str(pals.run_dir), "--task", "sst2", "--device", "foo", "x"), "device 'foo' is not usable"),
+        (("predict", "--run", str(pals.run_dir), "--task", "sst2", "--device", "cuda:99", "x"),
+         "device 'cuda:99' is not usable"),
     ]
     for args, culprit in cases:
         r = tool(*args)

@@ -61,9 +61,15 @@ def main(argv: Optional[list[str]] = None) -> None:
             if sys.stdin.isatty():
                 raise UserError("no input: give sentences, --pair A B, --tsv FILE, or lines on stdin")
             texts = table.from_lines(sys.stdin)
+        if not texts:
+            raise UserError(f"no input: {a.tsv or 'stdin'} holds no rows to predict")
         split_inputs(texts, spec)  # a pair for a one-sentence task: refused before the weights load
         if a.batch_size is not None and a.batch_size <= 0:
             raise UserError(f"--batch-size {a.batch_size} must be positive")
+        if a.device is not None:
+            from deepen_run.serve.predictor import pick_device
+
+            pick_device(a.device)  # torch, but no weights yet
         model = build(folder, cfg, info, device=a.device)
         preds = model.predict(texts, spec.name, a.batch_size)
         table.write(table.rows(spec, idx if idx is not None else list(range(len(texts))), preds), a.out)

@@ -12,9 +12,25 @@ from typing import Optional, Sequence
 
 import torch
 
+from deepen_run.errors import UserError
 from deepen_run.serve.table import Text, pick_task, split_inputs
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")  # what a model's forward takes from a batch
+
+
+def pick_device(name: Optional[str]) -> torch.device:
+    """The device to predict on: cuda if there is one, else cpu; a named one must be usable here
+    (an empty tensor on it), so a typo or a missing GPU is one line before any weights load."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+        torch.empty(0, device=device)
+    except (RuntimeError, ValueError, AssertionError) as e:  # AssertionError: "Torch not compiled with CUDA"
+        from deepen_run.util import first_line
+
+        raise UserError(f"device {name!r} is not usable here ({first_line(e)}); use cpu or a device torch sees") from None
+    return device
 
 
 @dataclass
@@ -33,7 +49,7 @@ class TrainedModel:
     """model (eval mode), tokenizer, tasks (name -> TaskSpec), heads, cfg (the run's config), info."""
 
     def __init__(self, model, tokenizer, tasks, cfg, info: dict, folder: Path, device: Optional[str] = None):
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = pick_device(device)
         self.model, self.tokenizer, self.cfg, self.info, self.folder = model.to(self.device), tokenizer, cfg, info, folder
         self.tasks = {t.name: t for t in tasks}
         self.heads = model.heads
