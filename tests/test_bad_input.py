@@ -313,3 +313,21 @@ def test_read_only_store_as_a_non_root_user_sees_it(tmp_path, monkeypatch):
         with pytest.raises(UserError, match=culprit):
             tracking_store(t)
         monkeypatch.undo()
+
+
+@pytest.mark.parametrize("override,culprit", [
+    ("backbone.hidden_size=30", "backbone.hidden_size=30 must be a multiple of backbone.num_attention_heads=4"),
+    ("backbone.num_attention_heads=0", "backbone.num_attention_heads=0 must be a positive integer"),
+    ("backbone.intermediate_size=-1", "backbone.intermediate_size=-1 must be a positive integer"),
+])
+def test_a_random_backbones_shape_is_checked_in_the_cheap_preflight(override, culprit, glue_dir):
+    """transformers refuses these only as it builds the model (a traceback, a FAILED run, and in a
+    sweep past the check of every job); the cheap pre-flight names them first."""
+    from conftest import make_cfg
+    from deepen_run.errors import UserError
+    from deepen_run.run.preflight import cheap
+
+    with pytest.raises(UserError) as e:
+        cheap(make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}", override))
+    assert culprit in str(e.value)
+    cheap(make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}"))  # the shipped shape passes

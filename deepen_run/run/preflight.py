@@ -51,6 +51,7 @@ def cheap(cfg) -> list[TaskSpec]:
     schema_keys(cfg)
     tasks = get_tasks(list(cfg.task.names))
     numbers(cfg)
+    random_backbone(cfg.backbone)
     tracking_store(cfg.tracking)
     writable_dirs(cfg)
     if not cfg.dry_run:
@@ -174,6 +175,22 @@ def numbers(cfg) -> None:
     for key in ("max_train_samples", "max_eval_samples"):
         if getattr(cfg.data, key) is not None and getattr(cfg.data, key) <= 0:
             raise UserError(f"data.{key}={getattr(cfg.data, key)} must be positive (or null for all)")
+
+
+def random_backbone(b) -> None:
+    """A randomly initialised backbone's shape (pretrained=false), which transformers would refuse
+    only when it builds the model, with a traceback and a FAILED run."""
+    if b.pretrained:
+        return
+    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings", "type_vocab_size"):
+        if getattr(b, key) < 1:
+            raise UserError(f"backbone.{key}={getattr(b, key)} must be a positive integer")
+    if b.hidden_size % b.num_attention_heads:
+        raise UserError(f"backbone.hidden_size={b.hidden_size} must be a multiple of backbone.num_attention_heads="
+                        f"{b.num_attention_heads} (each head takes hidden_size / heads of it)")
+    if not 0 <= b.pad_token_id < b.vocab_size:
+        raise UserError(f"backbone.pad_token_id={b.pad_token_id} must be a token id, in [0, backbone.vocab_size)")
 
 
 def tracking_store(t) -> None:
