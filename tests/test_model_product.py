@@ -14,6 +14,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,7 @@ def run_once(root: Path, glue_dir: str, *args: str) -> NS:
     r = cli(*args, f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.run.dir={root}/run", env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
     run_id = json.loads((root / "run" / "run.json").read_text())["run_id"]
-    return NS(root=root, uri=uri, run_dir=root / "run", run_id=run_id, client=MlflowClient(uri))
+    return NS(root=root, uri=uri, run_dir=root / "run", run_id=run_id, client=MlflowClient(uri), out=r.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +169,20 @@ def test_hire_and_pals_exports_load_back_and_predict_what_the_runs_did(hire, pal
             idx = sorted(theirs)[:48]
             preds = m.predict([rows[i] for i in idx], task=task)
             assert [str(p.label_id) for p in preds] == [theirs[i] for i in idx], task
+
+
+def test_the_end_of_run_predict_hint_works_as_printed(pals):
+    """The summary's deepen-predict line names the task of a multi-task model (it once failed with
+    "this model has 2 tasks"), and a pair for a pair task."""
+    import shlex
+
+    from deepen_run.run.summary import predict_args
+
+    (hint,) = re.findall(r"\(deepen-predict --run (\S+) (.*?); docs/use-a-model.md\)", pals.out)
+    assert hint[0] == pals.run_id and hint[1].startswith("--task sst2 ")
+    r = tool("predict", "--run", hint[0], "--tracking-uri", pals.uri, *shlex.split(hint[1]))
+    assert r.returncode == 0 and r.stdout.count("\n") == 2, r.stderr[-2000:]  # a header and the sentence's row
+    assert predict_args("rte") == '--pair "a sentence" "another"' and predict_args("sst2") == '"a sentence"'
 
 
 @pytest.mark.e2e

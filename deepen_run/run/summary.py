@@ -48,11 +48,23 @@ def text(tracker, home: Optional[Path], status: str) -> str:
         lines.append("  best weights  not kept (short run; train.save_best=true keeps them)")
     if run.data.tags.get("model_id"):  # the LoggedModel of a run that kept weights (serve/publish.py)
         lines.append(f"  model         models:/{run.data.tags['model_id']}  (deepen-predict --run {tracker.run_id} "
-                     "\"a sentence\"; docs/use-a-model.md)")
+                     f"{predict_args(run.data.tags.get('task', ''))}; docs/use-a-model.md)")
     names = [a.path + ("/" if a.is_dir else "") for a in tracker.client.list_artifacts(tracker.run_id)]
     lines.append(f"  artifacts     {local_path(run.info.artifact_uri)}  ({', '.join(names)})")
     lines.append(f"  MLflow UI     {ui.run_url(base, tracker.experiment_id, tracker.run_id)}  ({how})")
     return "\n".join(lines)
+
+
+def predict_args(tasks: str) -> str:
+    """What deepen-predict needs after --run for this model: --task when it has several, a pair for
+    a pair task (what it refuses otherwise)."""
+    from deepen_run.data.glue import TASKS
+
+    names = [t for t in tasks.split("+") if t in TASKS]
+    if not names:
+        return '"a sentence"'
+    which = f"--task {names[0]} " if len(names) > 1 else ""
+    return which + ('--pair "a sentence" "another"' if TASKS[names[0]].text_b else '"a sentence"')
 
 
 def show(tracker, home: Optional[Path], status: str) -> None:
