@@ -121,7 +121,7 @@ class DataConfig:
     glue_dir: folder of the original GLUE TSVs (<TASK>/train.tsv ...); default $DEEPEN_GLUE_DIR; null = the Hub's nyu-mll/glue
     train_fraction: seeded fraction of each task's training set, keeping the tasks' size ratios (and the schedules their meaning); applied before max_train_samples; null = all
     max_train_samples: cap on each task's training examples (a seeded subset, after train_fraction); null = all
-    max_eval_samples: evaluate on only the first N dev examples of each task; null = all
+    max_eval_samples: evaluate on a seeded random N of each task's dev examples (the same N for every method at one seed); null = all
     max_seq_length: tokens per example (longer inputs are truncated)
     group_by_length: batch examples of similar length together (less padding, faster)
     cache_dir: where tokenized datasets are cached
