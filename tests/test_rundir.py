@@ -107,6 +107,7 @@ def test_make_clean_removes_only_what_deepen_run_wrote(tmp_path, store):
     out = tmp_path / "outputs"
     files = {"runs/d/t1/.hydra/config.yaml": "a", "runs/d/t1/cli.log": "", "runs/d/t1/run.json": "{}",
              "runs/d/t1/checkpoints/best/model.safetensors": "w",
+             "runs/d/t3-probe/.hydra/config.yaml": "", "runs/d/t3-probe/probe_cli.log": "",  # deepen-probe's
              "multiruns/d/s/multirun.yaml": "", "multiruns/d/s/deepen_sweep.json": "{}",
              "multiruns/d/s/0/.hydra/config.yaml": "", "multiruns/d/s/0/cli.log": "",
              "runs/d/mine/paper.tex": "x", "runs/d/t2/run.json": "{}", "runs/d/t2/notes.txt": "mine",

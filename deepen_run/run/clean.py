@@ -17,6 +17,7 @@ JOBS_DIR = "deepen_jobs"
 # data_fingerprint.json: deepen_run/data/fingerprint.py's FILE (named here: this module is stdlib-only).
 RUN_RECORDS = ("run.json", "run_config.yaml")
 SWEEP_RECORDS = ("multirun.yaml", SWEEP_FILE, JOBS_DIR)
+LOGS = ("cli.log", "probe_cli.log")  # Hydra's job logs: deepen-run's, deepen-probe's (conf/probe.yaml)
 OURS = frozenset({".hydra", ".lock", "checkpoints", "submission", "data_fingerprint.json", *RUN_RECORDS,
                   *SWEEP_RECORDS})
 
@@ -48,7 +49,7 @@ def _only_ours(folder: Path) -> bool:
         if p.name in inside and p.is_dir():
             if not _holds_only(p, inside[p.name], depth=1 if p.name == "checkpoints" else 0):
                 return False
-        elif p.name == "cli.log" and p.is_file():
+        elif p.name in LOGS and p.is_file():
             continue
         elif p.name.isdigit() and p.is_dir():
             if not _only_ours(p):
