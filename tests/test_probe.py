@@ -126,6 +126,12 @@ def test_probe_finds_a_pretrained_mlm_head_and_measures_it(glue_dir, tmp_path):
 def test_bad_probe_settings_fail_with_one_line(glue_dir, mlflow_uri):
     with pytest.raises(probe_cli.UserError, match="probe.samples=0"):
         probe_cli.run(probe_cfg("backbone=tiny", "probe.samples=0", f"tracking.uri={mlflow_uri}"))
+    # A misspelled key, as deepen-run refuses it: with + (once silently ignored) and without (Hydra's hint).
+    with pytest.raises(probe_cli.UserError, match=r"unknown config key probe.sample \(did you mean probe.samples\?\)"):
+        probe_cli.run(probe_cfg("backbone=tiny", "+probe.sample=5", f"tracking.uri={mlflow_uri}"))
+    r = cli("backbone=tiny", "probe.sample=5", f"tracking.uri={mlflow_uri}", prog="deepen-probe")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "did you mean probe.samples?" in lines[0], r.stderr[-2000:]
 
 
 @pytest.mark.e2e

@@ -106,6 +106,9 @@ def check(cfg) -> list:
     from deepen_run.data import loaders as gd
     from deepen_run.data.glue import get_tasks
 
+    from deepen_run.run.preflight import schema_keys
+
+    schema_keys(cfg)  # `+probe.sample=5` adds a key no one reads: refused, naming the nearest
     tasks = get_tasks(list(cfg.task.names))
     p = cfg.probe
     for key in ("samples", "batch_size", "suggest"):
@@ -222,7 +225,19 @@ def main() -> None:
     if wants_help(sys.argv):  # our own page (every key, from the schema) instead of Hydra's generic one
         print(probe_help(ProbeConfig))
         return
-    _hydra_main()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # composition errors come to us, as in deepen-run (cli/run.py)
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        _hydra_main()
+    except (HydraException, OmegaConfBaseException) as e:
+        from deepen_run.run.preflight import typo
+        from deepen_run.util import one_line
+
+        better = typo(str(e), sys.argv[1:], app="probe")  # a key without + that the schema lacks
+        print(f"deepen-probe: error: {better or one_line(str(e))}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -87,12 +87,13 @@ def unknown_key(prefix: str, key: str, known: list[str]) -> UserError:
                      f"has only {', '.join(known)}; a leading + does not add keys to the schema")
 
 
-def typo(message: str, overrides: list[str], methods_swept: bool = False) -> UserError | None:
+def typo(message: str, overrides: list[str], methods_swept: bool = False, app: str = "config") -> UserError | None:
     """Hydra's error for a key given without + that the schema lacks ("Could not override
     'method.gru_layer'. To append to your config use +method.gru_layer=1", which points the wrong
     way) as the same unknown-key error, with its nearest key, that the + spelling gets. The key's
     node comes from the config composed with the command's group choices alone (first value of a
-    swept one); None when the message is another error or the node is not found."""
+    swept one) of `app` (conf/<app>.yaml: config, or probe for deepen-probe); None when the message
+    is another error or the node is not found."""
     import re
 
     from hydra import compose, initialize_config_dir
@@ -110,7 +111,7 @@ def typo(message: str, overrides: list[str], methods_swept: bool = False) -> Use
     try:
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-            cfg = compose(config_name="config", overrides=groups)
+            cfg = compose(config_name=app, overrides=groups)
         kind = OmegaConf.get_type(OmegaConf.select(cfg, path) if path else cfg)
     except Exception:  # noqa: BLE001 (no better message than Hydra's, then)
         return None
