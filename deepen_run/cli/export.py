@@ -23,6 +23,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         from deepen_run.serve.export import export
 
+        from deepen_run.run.progress import quiet_libraries
+
+        quiet_libraries()  # off a terminal: no "Loading weights" / "Writing model shards" bars in a log
         dest, hf_class = export(a.run, a.dir, a.tracking_uri)
         how = f"transformers' AutoModelForSequenceClassification ({hf_class}) or deepen_run.load" if hf_class \
             else "deepen_run.load (see its README.md for why)"

@@ -70,6 +70,9 @@ def main(argv: Optional[list[str]] = None) -> None:
             from deepen_run.serve.predictor import pick_device
 
             pick_device(a.device)  # torch, but no weights yet
+        from deepen_run.run.progress import quiet_libraries
+
+        quiet_libraries()  # off a terminal (a pipe, a log): no "Loading weights" bar
         model = build(folder, cfg, info, device=a.device)
         preds = model.predict(texts, spec.name, a.batch_size)
         table.write(table.rows(spec, idx if idx is not None else list(range(len(texts))), preds), a.out)

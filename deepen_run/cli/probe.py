@@ -34,7 +34,7 @@ class ProbeSettings:
     batch_size: examples per forward pass
     mlm_probability: tokens masked for the MLM reconstruction accuracy (if the head exists)
     suggest: how many layers to suggest for backbone.duplicate_layers
-    progress: show progress bars
+    progress: show a progress bar in a terminal (never in a log file or a pipe)
     """
     samples: int = 256
     batch_size: int = 64
@@ -164,7 +164,10 @@ def run(cfg) -> list[dict]:
     from deepen_run.model import probe
     from deepen_run.tracking.store import Tracker, flatten
 
+    from deepen_run.run.progress import interactive, quiet_libraries
+
     tasks = check(cfg)
+    quiet_libraries()  # off a terminal (a log file, CI): no "Loading weights" bar redrawn line by line
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
     tracker.check()
     t0 = time.time()
@@ -178,7 +181,7 @@ def run(cfg) -> list[dict]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     (mlm or encoder).to(device)
     masked = probe.mask_tokens(batches, tok, cfg.probe.mlm_probability, cfg.seed) if mlm is not None else None
-    rows, ref_acc = probe.redundancy(encoder, batches, mlm, masked, progress=cfg.probe.progress)
+    rows, ref_acc = probe.redundancy(encoder, batches, mlm, masked, progress=cfg.probe.progress and interactive())
     suggested = probe.suggest(rows, cfg.probe.suggest)
     n = sum(len(s) for s in sets)
 
