@@ -141,6 +141,7 @@ CASES = [
     ("tracking-db-is-a-folder", ["tracking.uri=sqlite:///{db_dir}"], "db-is-dir.db is a folder"),
     ("plus-unknown-key", ["+train.lr=1e-4"], "unknown config key train.lr"),
     ("plus-unknown-data-key", ["+data.max_len=64"], "unknown config key data.max_len"),
+    ("top-level-typo", ["trian.max_steps=3"], "unknown config key trian (did you mean train?)"),
     pytest.param("duplicate-out-of-range", ["method=duplicate", "method.layers=[0,99]"], "99",
                  marks=needs("duplicate"), id="duplicate-out-of-range"),
     pytest.param("gru-layers-zero", ["method=hire", "method.gru_layers=0"], "gru_layers", marks=needs("hire"),

@@ -112,6 +112,11 @@ def typo(message: str, overrides: list[str], methods_swept: bool = False, app: s
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
             cfg = compose(config_name=app, overrides=groups)
+        parts, absent = path.split(".") if path else [], object()
+        for i in range(len(parts)):  # `trian.max_steps`: the first missing node is the typo
+            if OmegaConf.select(cfg, ".".join(parts[:i + 1]), default=absent) is absent:
+                path, key = ".".join(parts[:i]), parts[i]
+                break
         kind = OmegaConf.get_type(OmegaConf.select(cfg, path) if path else cfg)
     except Exception:  # noqa: BLE001 (no better message than Hydra's, then)
         return None
