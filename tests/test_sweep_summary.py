@@ -147,6 +147,12 @@ def test_names_and_tags_of_a_sweep():
     assert sweep_summary.child_tags(info, job) == {"method.gru_layers": "2"}  # seed is a tag already
     assert sweep_summary.child_name("tiny-hire-rte-s1", 1, info, job) == "gru_layers=2 seed=1 · tiny-hire-rte"
     assert sweep_summary.parent_name(cfg, {"arm": "baseline,hire_g1"}) == "tiny rte | arm=baseline,hire_g1"
+    # An Optuna draw: 4 digits in the name, every digit in the tag; a value as typed stays as it is.
+    drawn, lr = {"params": {"train.learning_rate": "interval(1e-5,1e-4)"}}, "train.learning_rate=2.6122937099604327e-05"
+    assert sweep_summary.child_name("tiny-hire-rte-s1", 1, drawn, [lr]) == "learning_rate=2.612e-05 · tiny-hire-rte-s1"
+    assert sweep_summary.child_tags(drawn, [lr]) == {"train.learning_rate": "2.6122937099604327e-05"}
+    typed = {"params": {"train.learning_rate": "1e-4,3e-4"}}
+    assert sweep_summary.child_name("x", 1, typed, ["train.learning_rate=1e-4"]) == "learning_rate=1e-4 · x"
 
 
 def test_empty_delta_says_why(mlflow_uri):

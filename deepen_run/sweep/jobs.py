@@ -48,9 +48,9 @@ class SweepJob:
     def swept(self) -> list[str]:
         """This job's values of the swept keys the default run name does not already say, so the
         children of `method.gru_layers=1,2,3` are told apart in the MLflow UI."""
-        from deepen_run.sweep.summary import STANDARD, job_values, short
+        from deepen_run.sweep.summary import STANDARD, job_values, short, shown
 
-        return [f"{short(k)}={v}" for k, v in job_values(self.info, self.overrides)
+        return [f"{short(k)}={shown(v)}" for k, v in job_values(self.info, self.overrides)
                 if k not in (*STANDARD, "task.names")]
 
     def run(self, cfg, run_fn: Callable[..., float]) -> float:

@@ -52,6 +52,17 @@ def short(key: str) -> str:
     return key.rsplit(".", 1)[-1]
 
 
+def shown(value: str) -> str:
+    """A value as a run name shows it: an Optuna draw's 2.6122937099604327e-05 as 2.612e-05 (its
+    tag keeps every digit)."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    long_float = len(value) > 8 and ("." in value or "e" in value.lower()) and number == number
+    return f"{number:.4g}" if long_float else value  # a value as typed (1e-4, 0.1) stays as it is
+
+
 def parent_name(config, params: dict[str, str]) -> str:
     """What was swept, in a line: `tiny hire rte | gru_layers=1,2 × seed=1,2`."""
     axes = swept(params)
@@ -83,7 +94,7 @@ def child_name(base, seed, info: dict, overrides: list[str]) -> str:
     `gru_layers=2 seed=1 · tiny-hire-rte`. base: the job's config (its name is built without the
     swept keys, deepen_run/run/names.py) or a name already built."""
     axes = swept(info.get("params", {}))
-    values = [f"{short(k)}={v}" for k, v in job_values(info, overrides)]
+    values = [f"{short(k)}={shown(v)}" for k, v in job_values(info, overrides)]
     if not isinstance(base, str):
         from deepen_run.run.names import run_name
 
