@@ -332,3 +332,4 @@ def test_a_random_backbones_shape_is_checked_in_the_cheap_preflight(override, cu
         cheap(make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}", override))
     assert culprit in str(e.value)
     cheap(make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}"))  # the shipped shape passes
+    cheap(make_cfg("backbone=tiny", "backbone.type_vocab_size=0", f"data.glue_dir={glue_dir}"))  # DeBERTa-v3's

@@ -189,9 +189,11 @@ def random_backbone(b) -> None:
     if b.pretrained:
         return
     for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                "max_position_embeddings", "type_vocab_size"):
+                "max_position_embeddings"):
         if getattr(b, key) < 1:
             raise UserError(f"backbone.{key}={getattr(b, key)} must be a positive integer")
+    if b.type_vocab_size < 0:  # 0: no segment embeddings (DeBERTa-v3's)
+        raise UserError(f"backbone.type_vocab_size={b.type_vocab_size} must be >= 0")
     if b.hidden_size % b.num_attention_heads:
         raise UserError(f"backbone.hidden_size={b.hidden_size} must be a multiple of backbone.num_attention_heads="
                         f"{b.num_attention_heads} (each head takes hidden_size / heads of it)")
