@@ -133,8 +133,10 @@ def write_run_file(home: Optional[Path], run_id: str, uri: str, experiment: str,
     from deepen_run.config.redact import mask_uri
 
     if home is not None and run_id:  # a record on disk: no user:password@'s password
-        (home / RUN_FILE).write_text(json.dumps({"run_id": run_id, "tracking_uri": mask_uri(uri), "experiment": experiment,
-                                                 "status": status}))
+        tmp = home / f".{RUN_FILE}.tmp"  # then renamed: a full disk leaves the old run.json, never half of one
+        tmp.write_text(json.dumps({"run_id": run_id, "tracking_uri": mask_uri(uri), "experiment": experiment,
+                                   "status": status}))
+        tmp.replace(home / RUN_FILE)
 
 
 def finish(home: Optional[Path], status: str) -> None:
@@ -200,14 +202,22 @@ class Checkpointer:
         """Load a checkpoint into the prepared model/optimizer/scheduler; returns its step."""
         if ckpt is None:
             return 0
-        recover_best(ckpt.parent.parent)
+        if self.acc.is_main_process:
+            recover_best(ckpt.parent.parent)
+        self.acc.wait_for_everyone()
         self.acc.load_state(str(ckpt))
+        # A checkpoint is taken between steps, where the accumulation count starts afresh; one saved
+        # before sync_with_dataloader was off may hold a count that a loader's end had shifted.
+        self.acc.step = 0
         st = json.loads((ckpt / STATE).read_text())
         for t, n in st["consumed"].items():
             self.streams[t].consumed = n
         self.step = self.saved_step = st["step"]
         self.best, self.best_step = st.get("best_score", -math.inf), st.get("best_step")
-        self.evaluated, self.extra = st.get("evaluated"), st.get("extra", {})
+        self.extra = st.get("extra", {})
+        # Older checkpoints lack the key: with early stopping on, their state was rewritten after the
+        # evaluation (counted, not to be made again); without it, the evaluation is missing.
+        self.evaluated = st.get("evaluated", self.step if "early_stop" in self.extra else None)
         return self.step
 
     def _state(self, step: int) -> dict:

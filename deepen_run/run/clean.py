@@ -19,6 +19,7 @@ RUN_RECORDS = ("run.json", "run_config.yaml")
 SWEEP_RECORDS = ("multirun.yaml", SWEEP_FILE, JOBS_DIR)
 LOGS = ("cli.log", "probe_cli.log")  # Hydra's job logs: deepen-run's, deepen-probe's (conf/probe.yaml)
 OURS = frozenset({".hydra", ".lock", "checkpoints", "submission", "data_fingerprint.json", *RUN_RECORDS,
+                  *(f".{r}.tmp" for r in RUN_RECORDS),  # a write that failed before its rename
                   *SWEEP_RECORDS})
 
 # What our folders inside a run or sweep dir hold, by suffix: Hydra's .hydra/ (config, hydra and
