@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
+import uuid
 from pathlib import Path
 from typing import Optional
 
@@ -31,16 +31,18 @@ def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path
     folder, cfg, info = open_model(source, tracking_uri)
     trained = build(folder, cfg, info, device="cpu")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    # Filled beside dest under a name no one else has, then renamed: a user's folder is never touched.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-    tmp.chmod(0o755)  # mkdtemp's is 0o700: the export is a folder to share, as mkdir makes it
+    # Filled beside dest under a name no one else has (mkdir refuses one that exists), then renamed:
+    # a user's folder is never touched.
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.tmp")
+    tmp.mkdir()
     try:
         hf_class = fill(tmp, folder, cfg, info, trained)
+        if dest.exists():
+            shutil.rmtree(dest)  # an earlier export (check_target)
+        tmp.rename(dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(dest, ignore_errors=True)
-    tmp.rename(dest)
     return dest, hf_class
 
 
