@@ -19,6 +19,15 @@ class NonFiniteLoss(UserError):
     exit_code = 1
 
 
+class FromRun(Exception):
+    """A Hydra or OmegaConf error the run itself raised (a bug: shown with its traceback), carried
+    past a CLI's handler of the same types from composition (bad input: one line)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
+
+
 def fail(msg: str, code: int, newline: bool = False) -> None:
     # newline: a progress bar may hold the cursor mid-line; the message gets a line of its own.
     print(f"{chr(10) if newline else ''}deepen-run: error: {one_line(msg)}", file=sys.stderr)

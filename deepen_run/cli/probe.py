@@ -24,7 +24,7 @@ from hydra.core.config_store import ConfigStore  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from deepen_run.config.schema import ROOT, Inputs  # noqa: E402
-from deepen_run.errors import UserError  # noqa: E402
+from deepen_run.errors import FromRun, UserError  # noqa: E402
 
 @dataclass
 class ProbeSettings:
@@ -215,8 +215,13 @@ def run(cfg) -> list[dict]:
 
 @hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="probe")
 def _hydra_main(cfg) -> None:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         run(cfg)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise FromRun(e) from e  # the probe's own error (a bug), not a composition error: its traceback
     except UserError as e:
         print(f"deepen-probe: error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -234,6 +239,8 @@ def main() -> None:
 
     try:
         _hydra_main()
+    except FromRun as e:
+        raise e.error from None
     except (HydraException, OmegaConfBaseException) as e:
         from deepen_run.run.preflight import typo
         from deepen_run.util import one_line

@@ -26,7 +26,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import hydra  # noqa: E402
 
 from deepen_run.config.schema import ROOT, register  # noqa: E402
-from deepen_run.errors import UserError, fail, fail_with  # noqa: E402
+from deepen_run.errors import FromRun, UserError, fail, fail_with  # noqa: E402
 from deepen_run.methods import schemas  # noqa: E402
 from deepen_run.util import QuickExit, one_line, phase  # noqa: E402
 
@@ -100,15 +100,6 @@ def _what_is_left(e: KeyboardInterrupt) -> str:
 
 def _hydra_main() -> None:
     hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")(_task)()
-
-
-class FromRun(Exception):
-    """A Hydra or OmegaConf error the run itself raised (a bug: shown with its traceback), carried
-    past main's handler of the same types from composition (bad input: one line)."""
-
-    def __init__(self, error: BaseException):
-        super().__init__(error)
-        self.error = error
 
 
 def checked_run(cfg, tags: dict[str, str] | None = None, signals=None) -> float:
