@@ -414,3 +414,34 @@ def test_a_signal_that_library_code_swallows_still_stops_the_run():
             guard.raise_pending()  # a step's end (run/checkpoint.py on_step)
     finally:
         guard.uninstall()
+
+
+def test_a_signal_while_the_sweep_parent_is_being_ended_waits_for_its_end(tmp_path, mlflow_uri):
+    """Ctrl-C among the launcher's closing writes (the counts, the why, the status): raised there, it
+    left the parent RUNNING until some later run reaped it. It now stops the launcher once the parent
+    has ended. The signal is a real SIGINT to this process, sent from inside one of those writes."""
+    import signal
+
+    from deepen_run.run.lifecycle import SIGNALS
+    from deepen_run.sweep.launch import Launch
+
+    class SignalledMidClose(Tracker):
+        def set_tags(self, tags):
+            if "sweep_failed" in tags:
+                os.kill(os.getpid(), signal.SIGINT)
+            super().set_tags(tags)
+
+    tracker = SignalledMidClose(mlflow_uri, "sweeps")
+    parent = tracker.start("sweep", {"sweep_role": "parent", "sweep_id": "s1"})
+    info = {"dir": str(tmp_path), "n_jobs": 1, "sweep_id": "s1", "parent_run_id": parent, "uri": mlflow_uri,
+            "experiment": "sweeps", "params": {}}
+    before = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    try:
+        launch = Launch(info, tracker).begin()
+        with pytest.raises(KeyboardInterrupt):
+            launch.close(interrupted=False)  # one job planned, none ended: FAILED
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    _, (run,) = runs_of(mlflow_uri, "sweeps")
+    assert run.info.status == "FAILED" and run.data.tags["sweep_failed"].startswith("1 of 1 jobs failed")

@@ -45,6 +45,8 @@ class Launch:
         self.waiter: Optional[threading.Thread] = None
         self.jobs_ended = threading.Event()
         self.closed = False
+        self.ending = False  # the parent's end is being written (close): a signal waits for it
+        self.late: Optional[int] = None  # a signal that came then: it stops the launcher right after
         self.stop = threading.Event()
         self.watcher = threading.Thread(target=watch, args=(self.dir, info["n_jobs"], self.stop, self.counts),
                                         daemon=True)
@@ -64,6 +66,9 @@ class Launch:
         the fallback in that thread): a handler that waits runs in the main thread, which the signal
         may have caught inside one of its own MLflow writes, holding SQLite's write lock while the
         jobs' own closing writes wait on it ("database is locked")."""
+        if self.ending:  # raised now, the parent would stay RUNNING: close() raises it once it is ended
+            self.late = signum
+            return
         if self.signum is not None or self.closed:
             raise Interrupted(signum)  # the user insists: stop now
         self.signum = signum
@@ -126,12 +131,36 @@ class Launch:
         info, tracker = self.info, self.tracker
         if interrupted:  # jobs whose process died before ending their run
             reap_orphans(tracker, f"tags.sweep_id = '{info['sweep_id']}'", wait_s=60, note=orphan_note)
+        self.ending = True
+        try:
+            status, c = self._end_parent(interrupted)
+        finally:
+            self.ending = False
+        if interrupted:
+            saved = c.with_checkpoint(self.dir)
+            print(f"deepen-run: sweep stopped by {self._why()}; its parent and {c.killed} unfinished job(s) are KILLED "
+                  f"({saved} with a checkpoint), {c.pending} not started; continue the sweep with the same command "
+                  f"plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
+        if self.late is not None:  # the parent is ended; the rest (the summary) is skipped
+            if not interrupted:
+                raise Interrupted(self.late)
+            return c.n - c.finished  # stopping already (a handler, the stop's thread or atexit): no raise
+        # The final note, figure and table on the parent; the table and the UI links printed last.
+        sweep_summary.finish(self.info, self.tracker, status, show_table=bool(c.finished) and not interrupted,
+                             live=self.live)
+        return c.n - c.finished
+
+    def _why(self):
+        return Interrupted(self.signum) if self.signum is not None else "the launcher exited early"
+
+    def _end_parent(self, interrupted: bool):
+        """The counts, the why and the status on the parent, which is ended. -> (status, counts)"""
+        info, tracker = self.info, self.tracker
         c = self.counts.update(read_outcomes(self.dir), read_starts(self.dir))  # started, not ended: killed
         c.log()
         status = "FINISHED" if c.finished == c.n and c.n > 0 else "KILLED" if interrupted else "FAILED"
-        why = Interrupted(self.signum) if self.signum is not None else "the launcher exited early"
         if interrupted:
-            tracker.set_tags({"interrupted": f"{why}: {c.finished} of {c.n} jobs finished, {c.killed} killed, "
+            tracker.set_tags({"interrupted": f"{self._why()}: {c.finished} of {c.n} jobs finished, {c.killed} killed, "
                                              f"{c.pending} not started"})
         elif c.finished < c.n:
             tracker.set_tags({"sweep_failed": f"{c.n - c.finished} of {c.n} jobs failed: " + c.which()})
@@ -140,11 +169,4 @@ class Launch:
                 tracker.log_file(str(self.dir / name))
         tracker.end(status)
         print(f"[sweep {info['sweep_id']}] {c.line()}; parent run {info['parent_run_id']} {status}", flush=True)
-        if interrupted:
-            saved = c.with_checkpoint(self.dir)
-            print(f"deepen-run: sweep stopped by {why}; its parent and {c.killed} unfinished job(s) are KILLED "
-                  f"({saved} with a checkpoint), {c.pending} not started; continue the sweep with the same command "
-                  f"plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
-        # The final note, figure and table on the parent; the table and the UI links printed last.
-        sweep_summary.finish(info, tracker, status, show_table=bool(c.finished) and not interrupted, live=self.live)
-        return c.n - c.finished
+        return status, c
