@@ -236,7 +236,7 @@ class Checkpointer:
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
             # best/ is replaced: moved aside first, so a kill between the renames leaves .best.old,
-            # which `recover` puts back, never no best weights at all.
+            # which `recover_best` puts back, never no best weights at all.
             shutil.rmtree(old, ignore_errors=True)
             if final.exists():
                 final.rename(old)
@@ -265,6 +265,7 @@ class Checkpointer:
         self.refresh(step)
 
     def refresh(self, step: int) -> None:
+        """Rewrite the state of the checkpoint of `step`, if it is the one last saved."""
         path = self.root / f"step-{step}" / STATE if self.root is not None else None
         if step == self.saved_step and self.acc.is_main_process and path is not None and path.is_file():
             tmp = path.with_name(STATE + ".tmp")
