@@ -159,6 +159,11 @@ def test_holm_avg_adjusts_over_the_average_readings_alone(capsys):
     assert "p Holm: adjusted over the 3 avg readings alone (the per-task ones are descriptive)" in out
     table = out[out.index("Contrasts ("):].splitlines()
     assert sorted(ln.split(" | ")[2] for ln in table if ln.endswith(" | - |")) == ["sst2"] * 3 + ["stsb"] * 3
+    # Rows compared on one task (--tasks sst2): that reading is their average, in the family (it was empty).
+    report.main(argv + ["--tasks", "sst2", "--holm-avg", "--json"])
+    one = __import__("json").loads(capsys.readouterr().out)["contrasts"]
+    assert len(one) == 3 and {c["task"] for c in one} == {"sst2"}
+    assert [c["p_holm"] for c in one] == pytest.approx(holm([c["p"] for c in one]))
 
 
 def test_rows_rebuilt_from_the_csv_keep_their_settings_and_baselines():

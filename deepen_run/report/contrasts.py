@@ -150,8 +150,12 @@ def compute(rows: list[dict], named: list[str], defaults: bool = True) -> list[d
 
 def holm_on_avg(cs: list[dict]) -> None:
     """A family planned on the average (docs/study.md, Study III): Holm over the avg readings alone; the
-    per-task readings stay descriptive (no p Holm)."""
-    avg = [c for c in cs if c["task"] == "avg"]
+    per-task readings stay descriptive (no p Holm). A contrast of rows that share one task has no
+    avg reading (contrast()): that task's reading is its average, and is in the family."""
+    shared = {}
+    for c in cs:
+        shared.setdefault((c["a"], c["b"]), []).append(c)
+    avg = [c for pair in shared.values() for c in pair if c["task"] == "avg" or len(pair) == 1]
     for c in cs:
         c["p_holm"] = None
     for c, p in zip(avg, holm([c["p"] for c in avg])):
