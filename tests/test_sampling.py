@@ -36,6 +36,9 @@ def test_annealed_alpha_runs_from_one_to_point_two():
 def test_round_robin_takes_turns():
     s = TaskSampler(sched("round_robin"), SIZES, 10, 40, seed=0)
     assert [s.task(i) for i in range(8)] == list(SIZES) * 2
+    # its sampling table names no exponent (an alpha of 1.0 would read as proportional)
+    assert [r["alpha"] for r in s.table()] == ["", "", "", ""] and s.table()[0]["sst2"] == 0.25
+    assert [r["alpha"] for r in TaskSampler(sched("sqrt"), SIZES, 10, 40, seed=0).table()] == [0.5] * 4
 
 
 def test_one_task_is_always_that_task():

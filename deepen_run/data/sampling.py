@@ -65,5 +65,6 @@ class TaskSampler:
 
     def table(self) -> list[dict]:
         """The probabilities used in every epoch, for the sampling artifacts."""
-        return [{"epoch": e, "alpha": alpha_at(self.cfg, e, self.total_epochs), **self.probs(e)}
-                for e in range(1, self.total_epochs + 1)]
+        alpha = (lambda e: "") if self.cfg.kind == "round_robin" else \
+            (lambda e: alpha_at(self.cfg, e, self.total_epochs))  # round robin has no exponent
+        return [{"epoch": e, "alpha": alpha(e), **self.probs(e)} for e in range(1, self.total_epochs + 1)]
