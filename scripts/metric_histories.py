@@ -22,8 +22,11 @@ def dump(uri: str) -> dict:
     client = MlflowClient(tracking_uri=uri)
     out: dict = {}
     for exp in client.search_experiments():
-        for run in client.search_runs([exp.experiment_id], max_results=50000):
-            key = f"{exp.name}/{run.info.run_name}"
+        for run in client.search_runs([exp.experiment_id], max_results=50000, order_by=["attributes.start_time ASC"]):
+            # Runs of one name (a command run twice) are told apart by their order, not overwritten.
+            name = key = f"{exp.name}/{run.info.run_name}"
+            while key in out:
+                key = f"{name}#{int(key.rpartition('#')[2]) + 1 if key != name else 2}"
             out[key] = {m: [[h.step, h.value] for h in sorted(client.get_metric_history(run.info.run_id, m),
                                                                key=lambda h: (h.step, h.timestamp))]
                         for m in sorted(run.data.metrics)}

@@ -68,3 +68,25 @@ def test_processes_opening_a_fresh_sqlite_store_at_once_do_not_race(tmp_path):
     assert [p.exitcode for p in procs] == [0, 0]
     _, runs = runs_of(uri, "race")
     assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
+
+
+def test_metric_histories_dump_keeps_runs_of_one_name_apart(tmp_path):
+    """scripts/metric_histories.py, the check that a refactor left results alone: two runs of one
+    name (a command run twice in a store) are both dumped, in start order, neither overwriting."""
+    import importlib.util
+
+    from mlflow import MlflowClient
+
+    from deepen_run.config.schema import ROOT
+
+    spec = importlib.util.spec_from_file_location("metric_histories", ROOT / "scripts" / "metric_histories.py")
+    histories = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(histories)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("e")
+    for value in (1.0, 2.0):
+        run = client.create_run(exp, run_name="same").info.run_id
+        client.log_metric(run, "eval/score", value, step=3)
+    dumped = histories.dump(uri)
+    assert dumped["e/same"]["eval/score"] == [[3, 1.0]] and dumped["e/same#2"]["eval/score"] == [[3, 2.0]]
