@@ -11,7 +11,7 @@ from transformers import get_scheduler
 
 from conftest import cli, make_cfg, runs_of
 from deepen_run.model import backbone as bb
-from deepen_run.run.checkpoint import TaskStream
+from deepen_run.data.stream import TaskStream
 from deepen_run.data.loaders import make_loader
 
 

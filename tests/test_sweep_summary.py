@@ -123,15 +123,18 @@ def _runs(points):
 
 
 def test_the_figure_is_a_line_for_one_key_and_a_heatmap_for_two():
-    one = sweep_summary.figure(_runs([({"method.gru_layers": g, "seed": s}, 0.5 + 0.1 * int(g) + 0.01 * s)
-                                      for g in ("1", "2", "10") for s in (1, 2)]),
-                               {"method.gru_layers": "1,2,10", "seed": "1,2"})
+    from deepen_run.sweep.figure import figure
+
+    one = figure(_runs([({"method.gru_layers": g, "seed": s}, 0.5 + 0.1 * int(g) + 0.01 * s)
+                        for g in ("1", "2", "10") for s in (1, 2)]),
+                 list(sweep_summary.swept({"method.gru_layers": "1,2,10", "seed": "1,2"})))
     ax = one.axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2", "10"]  # numeric order, not text order
     assert ax.lines[0].get_ydata().tolist() == pytest.approx([0.615, 0.715, 1.515])  # the means over seeds
-    two = sweep_summary.figure(_runs([({"method.gru_layers": g, "method.importance": i, "seed": "1"}, 0.5)
-                                      for g in ("1", "2") for i in ("dynamic", "mean")]),
-                               {"method.gru_layers": "1,2", "method.importance": "dynamic,mean", "seed": "1"})
+    two = figure(_runs([({"method.gru_layers": g, "method.importance": i, "seed": "1"}, 0.5)
+                        for g in ("1", "2") for i in ("dynamic", "mean")]),
+                 list(sweep_summary.swept({"method.gru_layers": "1,2", "method.importance": "dynamic,mean",
+                                           "seed": "1"})))
     assert two.axes[0].images and two.axes[0].get_xlabel() == "method.gru_layers"
 
 

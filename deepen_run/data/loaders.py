@@ -177,7 +177,7 @@ def _diagnostic(dcfg, tokenizer, seed: int) -> dict[str, datasets.Dataset]:
 def length_grouped(ds: datasets.Dataset, batch_size: int, gen: torch.Generator):
     """transformers' (the Trainer's) sampler: shuffle, sort megabatches of 50 batches by length.
     Lengths read from the column at once (the sampler's own default reads the rows one by one);
-    it keeps `generator`, which checkpoint.TaskStream re-seeds each epoch for an exact resume."""
+    it keeps `generator`, which data.stream.TaskStream re-seeds each epoch for an exact resume."""
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
     return LengthGroupedSampler(batch_size, lengths=[len(x) for x in ds["input_ids"]], generator=gen)

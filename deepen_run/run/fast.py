@@ -105,7 +105,7 @@ def make_accelerator(tcfg) -> Accelerator:
     # Inductor compiles again for each new padded length unless shapes are marked dynamic.
     dynamo = TorchDynamoPlugin(backend="inductor", dynamic=True) if tcfg.compile else None
     # One update every gradient_accumulation_steps micro-batches, the loop's step, and nothing else:
-    # Accelerate's default also updates at a loader's end, but our loaders cycle (checkpoint.TaskStream),
+    # Accelerate's default also updates at a loader's end, but our loaders cycle (data.stream.TaskStream),
     # so that update would come mid-step, shift every later one, and not be in the checkpoint.
     accumulate = GradientAccumulationPlugin(num_steps=tcfg.gradient_accumulation_steps, sync_with_dataloader=False)
     return Accelerator(mixed_precision=resolve_precision(tcfg.mixed_precision),

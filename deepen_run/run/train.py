@@ -61,7 +61,7 @@ class Recipe:
     accelerator: Any
     tracker: Any
     sampler: TaskSampler
-    streams: dict  # task -> its endless, resumable batches (checkpoint.TaskStream)
+    streams: dict  # task -> its endless, resumable batches (data.stream.TaskStream)
     regression: dict  # task -> is it a regression task (the loss to use)
     dev: dict  # eval name -> prepared dev loader
     eval_specs: dict  # eval name -> TaskSpec
