@@ -40,6 +40,11 @@ def test_sweep_jobs_progress_lines_carry_their_label(glue_dir, mlflow_uri):
     steps = [ln for ln in r.stderr.splitlines() if " train step " in ln or ln.startswith("train step")]
     assert steps and all(ln.startswith(("[job 1] train step", "[job 2] train step")) for ln in steps), steps
     assert any(ln.startswith("[job 2] train step 4/4") for ln in steps)
+    out = r.stdout.splitlines()
+    starts = [i for i, ln in enumerate(out) if ln.startswith(("[job 1/2] started: ", "[job 2/2] started: "))]
+    params = [i for i, ln in enumerate(out) if ln.startswith("params: ")]
+    # the basic launcher runs each job in its own process: the job says it started before its first line
+    assert len(starts) == len(params) == 2 and starts[0] < params[0] < starts[1] < params[1], out
     # the multi-task loss shows each task's own mean, not one mixed number with the step's task
     assert any(" loss rte " in ln and " mrpc " in ln for ln in steps) or any(" loss mrpc " in ln for ln in steps), "\n".join(steps)
     assert not any(" task " in ln for ln in steps)

@@ -26,7 +26,7 @@ from hydra.types import RunMode
 from deepen_run.errors import UserError
 from deepen_run.run.lifecycle import Interrupted, SignalGuard
 from deepen_run.run.rundir import JOBS_DIR, SWEEP_FILE  # noqa: F401 (the sweep modules' names for them)
-from deepen_run.sweep.outcomes import write_json
+from deepen_run.sweep.outcomes import start_line, write_json
 from deepen_run.util import first_line as _one_line
 
 STOP_FILE = "STOP"  # written by a launcher stopped by a signal: jobs not started yet do not start
@@ -79,6 +79,8 @@ class SweepJob:
         signals = SignalGuard(repeats_are_copies=bool(launcher) and os.getppid() == launcher).install()
         write_json(self.jobs / f"{self.num}.start.json", {"overrides": self.overrides, "pid": os.getpid(),
                                                            "home": str(current_dir())})
+        if launcher == os.getpid():  # the launcher's watcher leaves this process's jobs to say it
+            print(start_line(self.num, self.info["n_jobs"], self.overrides), flush=True)
         watchdog = OrphanWatch.of_this_process(self.info.get("launcher_pid"))
         if watchdog is not None:
             watchdog.busy.set()

@@ -39,9 +39,14 @@ def _read(sweep_dir: Path, suffix: str) -> dict[int, dict]:
     return out
 
 
+def start_line(num: int, n: Optional[int], overrides: list[str]) -> str:
+    return f"[job {num + 1}/{n if n is not None else '?'}] started: {' '.join(overrides)}"
+
+
 def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts=None) -> None:
     """Print '[job k/N] ...' when a job starts and when it ends, whichever process ran it; the parent's
-    counts (counts.log) follow each end."""
+    counts (counts.log) follow each end. A job in this process (the basic launcher) prints its own
+    start line: polled, it would come after the job's first lines."""
     seen: set[str] = set()
     total = n if n is not None else "?"
     while True:
@@ -56,7 +61,8 @@ def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts=None)
             k = f"[job {int(num) + 1}/{total}]"
             ended = ended or kind == "json"
             if kind == "start.json":
-                print(f"{k} started: {' '.join(d['overrides'])}", flush=True)
+                if d.get("pid") != os.getpid():
+                    print(start_line(int(num), n, d["overrides"]), flush=True)
             elif d.get("kept"):
                 print(f"{k} kept: {d['name']} FINISHED before  eval/score={d['score']:.4f}", flush=True)
             elif d["status"] == "FINISHED":
