@@ -62,5 +62,9 @@ def test_best_weights_caught_between_their_two_renames_come_back(tmp_path):
     old = tmp_path / "checkpoints" / ".best.old"
     old.mkdir(parents=True)
     (old / "model.safetensors").write_text("w")
+    leftovers = [tmp_path / "checkpoints" / name for name in (".step-20.old", ".step-30.tmp", ".best.tmp")]
+    for p in leftovers:
+        p.mkdir()
     recover_best(tmp_path)
     assert (tmp_path / "checkpoints" / "best" / "model.safetensors").read_text() == "w" and not old.exists()
+    assert not any(p.exists() for p in leftovers)  # a kill's leftovers: never read, they only hold disk

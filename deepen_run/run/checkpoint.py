@@ -89,10 +89,13 @@ def rotate(home: Path, step: int, limit: int) -> None:
 
 
 def recover_best(home: Path) -> None:
-    """A kill between best/'s two renames (Checkpointer._write) left it as .best.old: put it back."""
+    """What a kill inside Checkpointer._write left: best/ caught between its two renames (.best.old)
+    is put back; a half-filled .<name>.tmp and a step's superseded .step-N.old only hold disk."""
     ckpts = home / "checkpoints"
     if not (ckpts / "best").exists() and (ckpts / ".best.old").is_dir():
         (ckpts / ".best.old").rename(ckpts / "best")
+    for p in [*ckpts.glob(".*.tmp"), *ckpts.glob(".step-*.old")]:
+        shutil.rmtree(p, ignore_errors=True)
 
 
 def read_run_file(home: Path) -> dict:
