@@ -192,6 +192,20 @@ def test_holm_adjusts_over_every_contrast_of_the_report():
     assert holm([0.5, 0.9]) == [pytest.approx(1.0), pytest.approx(1.0)]
 
 
+def test_an_undefined_metric_counts_as_zero_as_in_the_runs_eval_score(mlflow_uri):
+    # Seed 2's STS-B prediction collapsed to a constant: Pearson and Spearman logged as NaN, which
+    # its eval/score counts as 0. The report must count that seed too, not drop it from the row.
+    nan = float("nan")
+    for seed, (p, s) in ((1, (0.8, 0.7)), (2, (nan, nan))):
+        log_run(mlflow_uri, ["method=hire", "task=stsb", f"seed={seed}"], {"eval/stsb/pearson": p, "eval/stsb/spearmanr": s})
+    log_run(mlflow_uri, ["method=baseline", "task=stsb", "seed=1"], {"eval/stsb/pearson": 0.5, "eval/stsb/spearmanr": 0.5})
+    log_run(mlflow_uri, ["method=baseline", "task=stsb", "seed=2"], {"eval/stsb/pearson": 0.4, "eval/stsb/spearmanr": 0.6})
+    rows = {r["method"]: r for r in report.build(report.load_runs(mlflow_uri, EXP, {}))["rows"]}
+    hire = rows["hire"]
+    assert hire["n"] == 2 and hire["stsb"]["mean"] == pytest.approx(37.5)  # (75 + 0) / 2
+    assert hire["delta"]["n"] == 2 and hire["delta"]["mean"] == pytest.approx((25.0 - 50.0) / 2)
+
+
 def test_a_seed_run_twice_is_shown_and_marked_when_its_values_differ(mlflow_uri, tmp_path):
     for seed, acc in ((1, 60.0), (2, 64.0)):
         log_run(mlflow_uri, ["task=rte", f"seed={seed}"], rte(acc))

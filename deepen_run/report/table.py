@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Optional
 
 from deepen_run.data.glue import TASKS
+from deepen_run.data.metrics import UNDEFINED_VALUE
 from deepen_run.errors import UserError
 from deepen_run.methods import REFERENCE
 from deepen_run.report import contrasts as rc
@@ -22,10 +23,12 @@ SIZES = MappingProxyType({"params_total": "params/total", "params_trainable": "p
 
 
 def task_value(metrics: dict[str, float], task: str) -> Optional[float]:
-    """A task's mean official metric x100 in one run, or None when the run did not evaluate it."""
+    """A task's mean official metric x100 in one run, or None when the run did not evaluate it. An
+    undefined metric (logged NaN: STS-B's correlations of a constant prediction) counts as
+    UNDEFINED_VALUE, as in the run's own eval/score: dropped, the collapsed seed would leave its row."""
     spec = TASKS[task]
     vals = [metrics.get(f"eval/{name}/{m}") for name in spec.eval_names for m in spec.metrics]
-    vals = [v for v in vals if v is not None and not math.isnan(v)]
+    vals = [v if math.isfinite(v) else UNDEFINED_VALUE for v in vals if v is not None]
     return 100 * sum(vals) / len(vals) if vals else None
 
 
