@@ -206,6 +206,36 @@ def test_an_undefined_metric_counts_as_zero_as_in_the_runs_eval_score(mlflow_uri
     assert hire["delta"]["n"] == 2 and hire["delta"]["mean"] == pytest.approx((25.0 - 50.0) / 2)
 
 
+def test_register_picks_the_best_run_of_a_row_whose_draw_follows_the_seed(mlflow_uri):
+    # method.random_seed=${seed}: each run's own key says random_seed=1, =2; the row folds them into
+    # random_seed=seed. --register once matched runs by their own key and found none.
+    from deepen_run.report.register import best_run
+
+    for seed, acc in ((1, 60.0), (2, 66.0), (3, 63.0)):
+        log_run(mlflow_uri, ["method=hire", "method.importance=random", f"method.random_seed={seed}", "task=rte",
+                             f"seed={seed}"], rte(acc) | {"eval/score": acc / 100}, extra_tags={"model_id": f"m-{seed}"})
+    runs = report.load_runs(mlflow_uri, EXP, {})
+    (row,) = report.build(runs)["rows"]
+    assert row["n"] == 3 and row["config"]["method.random_seed"] == "seed"
+    assert best_run(runs, row)["tags"]["model_id"] == "m-2"
+
+
+def test_a_multi_task_epoch_length_does_not_split_single_task_rows(mlflow_uri):
+    # train.steps_per_task sizes a multi-task epoch only: a single-task run ignores it, so the same
+    # experiment run from a PALs preset (300) and without it (null) is one row.
+    for seed, steps in ((1, "300"), (2, "null")):
+        log_run(mlflow_uri, ["method=baseline", "task=rte", f"seed={seed}", f"train.steps_per_task={steps}"],
+                rte(60.0 + seed))
+    log_run(mlflow_uri, ["method=pals", "task.names=[rte,mrpc]", "schedule=annealed", "seed=1",
+                         "train.steps_per_task=300"],
+            {"eval/rte/accuracy": 0.65, "eval/mrpc/accuracy": 0.8, "eval/mrpc/f1": 0.8})
+    rows = report.build(report.load_runs(mlflow_uri, EXP, {}))["rows"]
+    (base,) = [r for r in rows if r["method"] == "baseline"]
+    (pals,) = [r for r in rows if r["method"] == "pals"]
+    assert base["n"] == 2 and pals["baseline"] == base["id"]
+    assert "steps_per_task" not in base["settings"] and "train.steps_per_task" in pals["config"]
+
+
 def test_a_seed_run_twice_is_shown_and_marked_when_its_values_differ(mlflow_uri, tmp_path):
     for seed, acc in ((1, 60.0), (2, 64.0)):
         log_run(mlflow_uri, ["task=rte", f"seed={seed}"], rte(acc))

@@ -53,9 +53,10 @@ def key_of(line: dict, path: Path, n: int) -> tuple | None:
     try:
         cfg = json.loads(line["config"])
         # As rows.settings: a job published after a setting was added, at its default, joins the rows
-        # of the jobs published before it (rows.ADDED_LATER).
+        # of the jobs published before it (rows.ADDED_LATER); a single-task key has no multi-task keys.
+        multi = "task.names" in cfg
         return tuple(sorted((k, v) for k, v in cfg.items() if k not in LOCAL and not k.startswith(CHOSEN)
-                            and rr.ADDED_LATER.get(k) != v))
+                            and rr.ADDED_LATER.get(k) != v and (multi or not k.startswith(rr.MULTI_TASK_ONLY))))
     except (ValueError, AttributeError):
         raise UserError(f"{path}, line {n}: the config column is not a JSON object of settings") from None
 

@@ -7,7 +7,6 @@ import math
 from typing import Optional
 
 from deepen_run.errors import UserError
-from deepen_run.report import rows as rr
 
 ALIAS = "champion"
 
@@ -26,8 +25,9 @@ def pick_row(table: dict, row: Optional[int]) -> dict:
 
 
 def best_run(runs: list[dict], row: dict) -> dict:
-    """The row's run with the highest eval/score that has a logged model."""
-    mine = [r for r in runs if rr.reportable(r) and r["tags"].get("model_id") and dict(rr.key_of(r)) == row["config"]]
+    """The row's run with the highest eval/score that has a logged model. The row names its runs: a
+    run's key alone may differ from the row's (a *_seed setting folded into "seed", rows.keys)."""
+    mine = [r for r in runs if r["run_id"] in row["run_ids"] and r["tags"].get("model_id")]
     mine = [r for r in mine if not math.isnan(r["metrics"].get("eval/score", math.nan))]
     if not mine:
         raise UserError(f"row {row['id']} has no run that kept its weights (runs keep them with train.save_best=true)")

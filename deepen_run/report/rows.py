@@ -27,7 +27,7 @@ PATHLIKE_NAME = re.compile(r"(^|[._])(path|dir|uri|file|url)$")
 PATHLIKE_VALUE = re.compile(r"^(/|~/|[a-z]+://|[a-z]+:///|pkg://)")
 # Path-like, yet they change the result (the weights, the data): always part of the key.
 SEPARATE = frozenset({"backbone.path", "data.glue_dir"})
-MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch")
+MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch", "train.steps_per_task")
 # Shown in their own columns (backbone, method, setup), never repeated in "settings".
 SHOWN_ELSEWHERE = ("backbone.name", "method.name", "task.names", "schedule.")
 # A method's own options and layer duplication: what the baseline of a row may differ in.

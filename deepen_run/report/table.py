@@ -93,8 +93,8 @@ def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optiona
     Returns {"tasks": [...], "rows": [...], "contrasts": [...]}; a row has id (1-based), backbone,
     method, setup, settings (its label), config (its full settings), per task and "avg" {"mean",
     "std", "n"} or None, per_seed {task: {seed: value}}, "delta" (vs its baseline) and "baseline"
-    (that row's id), commits {git_commit: seeds}, repeats (seeds run more than once), the sizes and
-    "n" (seeds)."""
+    (that row's id), commits {git_commit: seeds}, repeats (seeds run more than once), run_ids (its
+    runs), the sizes and "n" (seeds)."""
     groups: dict[tuple, dict[str, list[tuple[str, float, dict]]]] = {}  # key -> task -> [(seed, value, run)]
     members: dict[tuple, list[dict]] = {}
     runs = [r for r in runs if rr.reportable(r)]
@@ -115,7 +115,7 @@ def build(runs: list[dict], only: Optional[list[str]] = None, contrasts: Optiona
         ps, repeats = rc.per_seed({t: groups[key][t] for t in order if t in groups[key]})
         row = {"id": i, "backbone": d["backbone.name"], "method": d["method.name"], "setup": rr.setup(key),
                "settings": label[key], "config": d, "per_seed": ps, "repeats": repeats,
-               "commits": _commits(members[key])}
+               "commits": _commits(members[key]), "run_ids": [r["run_id"] for r in members[key]]}
         rows.append(row | _sizes(members[key]))
     return finish(rows, keys, label, order, contrasts, baselines, default_contrasts)
 
