@@ -193,6 +193,37 @@ def test_a_pooler_the_checkpoint_lacks_is_new(roberta_without_pooler, mlflow_uri
     assert METHODS["baseline"].build(load(auto)[0], auto.method, get_tasks(["rte"])).pooling == "cls"
 
 
+@pytest.fixture(scope="module")
+def bert_saved_in_bf16(tmp_path_factory):
+    """A checkpoint whose config names bfloat16, as many recent Hub models ship."""
+    from transformers import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("bert_bf16")
+    torch.manual_seed(0)
+    conf = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=64, max_position_embeddings=128)
+    BertModel(conf).to(torch.bfloat16).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(bb.resolve(make_cfg("backbone=tiny").backbone.path)).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_saved_in_bf16_trains_and_rebuilds_in_fp32(bert_saved_in_bf16, mlflow_uri, glue_dir):
+    # transformers 5 builds a model in its config's dtype: the weights were bf16, so AdamW updated
+    # bf16 weights, and train.mixed_precision=no crashed on fp32 inputs meeting bf16 weights.
+    from transformers import AutoConfig
+
+    from deepen_run.serve.bundle import rebuild
+
+    over = ("backbone=tiny", "backbone.pretrained=true", f"backbone.path={bert_saved_in_bf16}")
+    backbone, _, _ = load(make_cfg(*over))
+    assert {p.dtype for p in backbone.parameters()} == {torch.float32}
+    r = run_in_process(make_cfg(*over, *SMALL, f"tracking.uri={mlflow_uri}", f"data.glue_dir={glue_dir}"), mlflow_uri)
+    assert r.info.status == "FINISHED"
+    model, _ = rebuild(make_cfg(*over), AutoConfig.from_pretrained(bert_saved_in_bf16), None)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_albert_duplication_is_refused_in_one_line(mlflow_uri, glue_dir):

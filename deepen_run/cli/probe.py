@@ -95,7 +95,7 @@ def load(bcfg):
     path = resolve(bcfg.path)
     mlm, info = AutoModelForMaskedLM.from_pretrained(
         path, revision=bcfg.revision, trust_remote_code=bcfg.trust_remote_code,
-        local_files_only=bb.local_only(path), output_loading_info=True)
+        local_files_only=bb.local_only(path), output_loading_info=True, dtype=bb.DTYPE)
     if info["missing_keys"]:  # no safetensors header to read: the load tells us instead
         return bb.load_model(bcfg), None, f"checkpoint {bcfg.path} has no pretrained MLM head weights"
     return mlm.base_model, mlm, ""

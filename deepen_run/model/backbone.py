@@ -16,6 +16,11 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from deepen_run.errors import UserError
 from deepen_run.util import hub_reachable
 
+# Weights are built and kept in fp32 whatever dtype a checkpoint was saved in: transformers 5 builds a
+# model in the dtype its config names, and AdamW would then update bf16 weights (or fp32 inputs meet
+# bf16 weights: a crash). bf16 is autocast's, for the computation only (docs/performance.md).
+DTYPE = "float32"
+
 PKG = "pkg://"
 
 
@@ -131,13 +136,13 @@ def load_model(cfg, with_fresh: bool = False, attention: str | None = None):
     attention: transformers' attn_implementation (None: its default), set before any layer is built
     or copied, so every layer of the stack uses it."""
     if not cfg.pretrained:
-        model = AutoModel.from_config(architecture(cfg), attn_implementation=attention)
+        model = AutoModel.from_config(architecture(cfg), attn_implementation=attention, dtype=DTYPE)
         return (model, ()) if with_fresh else model
     path = resolve(cfg.path)
     try:
         model, info = AutoModel.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code,
                                                 local_files_only=local_only(path), output_loading_info=True,
-                                                attn_implementation=attention)
+                                                attn_implementation=attention, dtype=DTYPE)
     except OSError as e:
         raise UserError(_hub_hint(cfg.path)) from e
     if not with_fresh:

@@ -122,6 +122,7 @@ def rebuild(cfg, backbone_config, weights: Optional[Path], hf_task: Optional[str
 
     from deepen_run.data.glue import get_tasks
     from deepen_run.methods import METHODS
+    from deepen_run.model import backbone as bb
     from deepen_run.model import steps as backbone_steps
     from deepen_run.precision import attention_choice
 
@@ -130,7 +131,7 @@ def rebuild(cfg, backbone_config, weights: Optional[Path], hf_task: Optional[str
     # The attention kernel the run's config picks on this machine, as the run built it (model/steps.py):
     # the kernels round differently in bf16, and a prediction must be the run's own.
     attention = attention_choice(cfg.train)[0] if "train" in cfg else None
-    backbone = AutoModel.from_config(backbone_config, attn_implementation=attention)
+    backbone = AutoModel.from_config(backbone_config, attn_implementation=attention, dtype=bb.DTYPE)
     backbone_steps.apply(backbone, cfg)
     model = METHODS[cfg.method.name].build(backbone, cfg.method, tasks)
     if weights is not None:

@@ -57,7 +57,7 @@ def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
 
         task = info["tasks"][0]
         family = model.backbone.config.model_type
-        plain = AutoModelForSequenceClassification.from_config(hf.hf_config(model, trained.tasks[task]))
+        plain = AutoModelForSequenceClassification.from_config(hf.hf_config(model, trained.tasks[task]), dtype="float32")
         missing, unexpected = plain.load_state_dict(hf.to_hf(state, family, task), strict=False)
         if missing or unexpected:  # the table and the model disagree: keep our own format instead
             why = f"its weights do not map onto {type(plain).__name__} (missing {missing[:2]}, unexpected {unexpected[:2]})"
