@@ -90,6 +90,9 @@ def test_gated_copies_are_exact_at_step_0(family):
         # A copy keeps its source's attention type (and with it the rotary settings of that type).
         types = [layer.attention_type for layer in adapter.layers(deep)]
         assert types == deep.config.layer_types == [ref.config.layer_types[s] for s in (0, 0, 1, 1)]
+    # The copies read the model's one config (a deep copy of it would miss a later attention switch).
+    configs = {id(m.config) for m in deep.modules() if isinstance(getattr(m, "config", None), type(deep.config))}
+    assert configs == {id(deep.config)}
 
 
 @pytest.mark.parametrize("family", DISTINCT)

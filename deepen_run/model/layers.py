@@ -60,8 +60,10 @@ def duplicate(backbone: nn.Module, indices: Sequence[int], what: str = "method.l
     new = []
     for i in range(depth):
         new.append(layers[i])
-        # deepcopy, not a second reference: the copy must train independently of its source.
-        new.extend(copy.deepcopy(layers[i]) for _ in range(copies.get(i, 0)))
+        # deepcopy, not a second reference: the copy must train independently of its source. The
+        # model's config stays shared (memo): a later switch of it, e.g. the attention kernel, must
+        # reach the copies too.
+        new.extend(copy.deepcopy(layers[i], {id(backbone.config): backbone.config}) for _ in range(copies.get(i, 0)))
     adapter.set_layers(backbone, nn.ModuleList(new))
     config = backbone.config
     if isinstance(getattr(config, "layer_types", None), list) and len(config.layer_types) == depth:
