@@ -126,6 +126,16 @@ def test_one_tasks_pals_leave_another_tasks_outputs_alone(family):
     assert not torch.allclose(model("sst2", **batch()).logits, before["sst2"])  # the PALs do enter
 
 
+@pytest.mark.parametrize("family", ALL)
+def test_top_projected_attention_pools_one_vector_an_example(family):
+    # method.variant=top_pal runs the backbone's pooler over its own output: ALBERT's pooler is a bare
+    # Linear (no first-token pick), which gave logits per token and a crash in the loss.
+    cfg = tiny(family, "method=pals", "method.variant=top_pal", "method.hidden_size_aug=24", "method.top_heads=4",
+               "method.pooling=auto")
+    model = METHODS["pals"].build(load(cfg)[0], cfg.method, get_tasks(["rte"])).eval()
+    assert model("rte", **batch()).logits.shape == (3, 2)
+
+
 @pytest.mark.parametrize("family", DISTINCT)
 def test_the_probe_runs(family):
     backbone = load(tiny(family))[0]

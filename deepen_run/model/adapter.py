@@ -127,6 +127,15 @@ def pooled(out) -> torch.Tensor:
     return out.pooler_output
 
 
+def pooler_over(backbone: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """The backbone's own pooler over a sequence other than its output (PALs' Top Proj. Attn.):
+    BERT's pooler takes the first token itself; ALBERT's is a bare Linear, its tanh kept beside it."""
+    base = _base(backbone)
+    if getattr(base, "pooler_activation", None) is not None:
+        return base.pooler_activation(base.pooler(hidden[:, 0]))
+    return base.pooler(hidden)
+
+
 def layer_input(args, kwargs) -> torch.Tensor:
     """A layer's input hidden states, from a forward (pre-)hook's arguments."""
     return args[0] if args else kwargs["hidden_states"]

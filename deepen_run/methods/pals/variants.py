@@ -120,11 +120,11 @@ class TopPALModel(EncoderClassifier):
         return [*self.top.parameters(), *super().new_parameters()]
 
     def encode(self, task: str, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        out = self.backbone(**adapter.inputs(self.backbone, input_ids, attention_mask, token_type_ids))
         keep = None if attention_mask is None else attention_mask[:, None, None, :].bool()
         h = self.top[task](out.last_hidden_state, keep)
         if self.pooling == "pooler":
-            return self.backbone.pooler(h)
+            return adapter.pooler_over(self.backbone, h)
         return pool(h, attention_mask, self.pooling)
 
 
