@@ -79,7 +79,11 @@ def test_predict_on_the_dev_set_gives_the_runs_predictions(hire, glue_dir, tmp_p
     assert r.returncode == 0, r.stderr[-3000:]
     head, row = [line.split("\t") for line in r.stdout.strip().splitlines()]
     assert head[:4] == ["idx", "prediction", "label", "probability"] and row[2] in ("negative", "positive")
-    assert 0.5 <= float(row[3]) <= 1 and any(h.startswith("alpha/") for h in head)  # HIRE's layer importances
+    assert 0.5 <= float(row[3]) <= 1
+    # HIRE's layer importances, a column a layer, named as the run's metrics name them (hire/sst2/layer_3)
+    layers = sorted(k.split("/")[-1] for k in MlflowClient(hire.uri).get_run(hire.run_id).data.metrics
+                    if k.startswith("hire/sst2/layer_"))
+    assert layers and sorted(h.removeprefix("alpha/") for h in head if h.startswith("alpha/")) == layers
     out = tmp_path / "dev.tsv"
     r = tool("predict", "--run", str(hire.run_dir), "--tsv", f"{glue_dir}/SST-2/dev.tsv", "--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]

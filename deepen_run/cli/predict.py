@@ -75,7 +75,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         quiet_libraries()  # off a terminal (a pipe, a log): no "Loading weights" bar
         model = build(folder, cfg, info, device=a.device)
         preds = model.predict(texts, spec.name, a.batch_size)
-        table.write(table.rows(spec, idx if idx is not None else list(range(len(texts))), preds), a.out)
+        table.write(table.rows(spec, idx if idx is not None else list(range(len(texts))), preds,
+                               getattr(model.model, "extra_columns", {})), a.out)
         if a.out is not None:
             print(f"wrote {len(preds)} predictions to {a.out}", file=sys.stderr)
     except UserError as e:

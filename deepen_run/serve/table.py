@@ -95,18 +95,20 @@ def read_tsv(path: Path, spec) -> tuple[list[int], list]:
     return idx, texts
 
 
-def header(spec, extras: dict) -> list[str]:
+def header(spec, extras: dict, names: dict) -> list[str]:
+    """names: the model's extra_columns, each extras entry's value names (HIRE: alpha/layer_3), else
+    their positions."""
     cols = ["idx", "prediction"]
     if not spec.is_regression:
         cols += ["label", "probability"] + [f"p/{n}" for n in spec.label_names]
     for key, values in extras.items():
-        cols += [f"{key}/{j}" for j in range(len(values))]
+        cols += [f"{key}/{j}" for j in names.get(key, range(len(values)))]
     return cols
 
 
-def rows(spec, idx: list[int], preds: list) -> list[str]:
+def rows(spec, idx: list[int], preds: list, names: Optional[dict] = None) -> list[str]:
     """TSV lines, the header first."""
-    lines = ["\t".join(header(spec, preds[0].extras if preds else {}))]
+    lines = ["\t".join(header(spec, preds[0].extras if preds else {}, names or {}))]
     for i, p in zip(idx, preds):
         if spec.is_regression:
             vals = [str(i), f"{p.score:.4f}"]

@@ -150,6 +150,12 @@ class HireClassifier(nn.Module):
         """MLflow-safe names (no quotes): layer_3, layer_3_copy1."""
         return [surgery.metric_label(label) for label in self.layer_labels]
 
+    @property
+    def extra_columns(self) -> dict[str, list[str]]:
+        """What each value of an Output.extras entry is (deepen-predict's column names): alpha's
+        values are the extractor's layers, named as its metrics are (hire/<task>/layer_3)."""
+        return {"alpha": self.layer_names}
+
     def features(self, task, input_ids, attention_mask, token_type_ids=None):
         """-> pooled sentence vectors (B, d), importances (B, J)."""
         out = self.backbone(**adapter.inputs(self.backbone, input_ids, attention_mask, token_type_ids),
