@@ -167,12 +167,20 @@ def test_hire_and_pals_exports_load_back_and_predict_what_the_runs_did(hire, pal
         assert "With deepen-run only" in card and "eval/score" in card and "deepen_run.load(FOLDER)" in card
         assert (dest / "model.safetensors").is_file() and (dest / "tokenizer.json").is_file()
         m = deepen_run.load(dest)
+        # The run's own precision and attention, as its machine resolved mixed_precision=auto (params)
+        params = MlflowClient(r.uri).get_run(r.run_id).data.params
+        info = json.loads((dest / "deepen_run.json").read_text())
+        assert m.precision == info["precision"] == params["train/precision"]
+        assert (info["attention"] or "default") == params["train/attention"]
         for task in tasks:
             theirs = run_predictions(r, task)
             rows = dev_rows(glue_dir, TASKS[task])
             idx = sorted(theirs)[:48]
             preds = m.predict([rows[i] for i in idx], task=task)
             assert [str(p.label_id) for p in preds] == [theirs[i] for i in idx], task
+    # What the run recorded wins over what this machine would pick for its config (auto: bf16 here)
+    (dest / "deepen_run.json").write_text(json.dumps(info | {"precision": "no", "attention": "sdpa"}))
+    assert deepen_run.load(dest).precision == "no"
 
 
 def test_the_end_of_run_predict_hint_works_as_printed(pals):

@@ -114,9 +114,25 @@ def fit_state(model, state: dict) -> None:
                         f"unexpected {unexpected[:3]}")
 
 
-def rebuild(cfg, backbone_config, weights: Optional[Path], hf_task: Optional[str] = None):
+def run_choices(cfg, info: dict) -> tuple[str, Optional[str]]:
+    """(precision, attention kernel) the run trained and evaluated with: the kernels round differently
+    in bf16, and a prediction must be the run's own. Recorded in the model's info by the run (its
+    machine resolved train.mixed_precision=auto); a model saved before that: as this machine would
+    resolve the run's config."""
+    if "precision" in info:
+        return info["precision"], info.get("attention")
+    from deepen_run.precision import attention_choice, resolve_precision
+
+    train = cfg.get("train", {})
+    return (resolve_precision(str(train.get("mixed_precision", "no"))),
+            attention_choice(train)[0] if "train" in cfg else None)
+
+
+def rebuild(cfg, backbone_config, weights: Optional[Path], hf_task: Optional[str] = None,
+            attention: Optional[str] = None):
     """The trained model: backbone from its config, the backbone steps, the method, its weights.
-    hf_task: the weights are an HF classifier's for this task (an export of a plain classifier)."""
+    hf_task: the weights are an HF classifier's for this task (an export of a plain classifier);
+    attention: the run's attention kernel (run_choices), None for transformers' default."""
     import torch
     from transformers import AutoModel
 
@@ -124,13 +140,9 @@ def rebuild(cfg, backbone_config, weights: Optional[Path], hf_task: Optional[str
     from deepen_run.methods import METHODS
     from deepen_run.model import backbone as bb
     from deepen_run.model import steps as backbone_steps
-    from deepen_run.precision import attention_choice
 
     tasks = get_tasks(list(cfg.task.names))
     torch.manual_seed(0)  # the random init is overwritten; seeded so that a missing weight shows alike
-    # The attention kernel the run's config picks on this machine, as the run built it (model/steps.py):
-    # the kernels round differently in bf16, and a prediction must be the run's own.
-    attention = attention_choice(cfg.train)[0] if "train" in cfg else None
     backbone = AutoModel.from_config(backbone_config, attn_implementation=attention, dtype=bb.DTYPE)
     backbone_steps.apply(backbone, cfg)
     model = METHODS[cfg.method.name].build(backbone, cfg.method, tasks)

@@ -33,8 +33,9 @@ def build(folder: Path, cfg, info: dict, device: Optional[str] = None):
     backbone_config = bundle.backbone_config_from(conf_file) if conf_file.is_file() \
         else bundle.pristine_backbone_config(cfg.backbone)
     hf_task = info["tasks"][0] if info.get("weights") == "hf" else None
-    model, tasks = bundle.rebuild(cfg, backbone_config, folder / bundle.WEIGHTS, hf_task)
-    return TrainedModel(model, _tokenizer(folder, cfg), tasks, cfg, info, folder, device)
+    precision, attention = bundle.run_choices(cfg, info)
+    model, tasks = bundle.rebuild(cfg, backbone_config, folder / bundle.WEIGHTS, hf_task, attention)
+    return TrainedModel(model, _tokenizer(folder, cfg), tasks, cfg, info, folder, device, precision)
 
 
 def _tokenizer(folder: Path, cfg):

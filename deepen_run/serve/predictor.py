@@ -48,17 +48,16 @@ class Prediction:
 class TrainedModel:
     """model (eval mode), tokenizer, tasks (name -> TaskSpec), heads, cfg (the run's config), info."""
 
-    def __init__(self, model, tokenizer, tasks, cfg, info: dict, folder: Path, device: Optional[str] = None):
+    def __init__(self, model, tokenizer, tasks, cfg, info: dict, folder: Path, device: Optional[str] = None,
+                 precision: str = "no"):
         self.device = pick_device(device)
         self.model, self.tokenizer, self.cfg, self.info, self.folder = model.to(self.device), tokenizer, cfg, info, folder
         self.tasks = {t.name: t for t in tasks}
         self.heads = model.heads
-        from deepen_run.precision import resolve_precision
-
-        # The run's own precision (its evaluation ran under Accelerate's autocast), so a dev set through
-        # predict() gives the run's predictions/<task>.tsv exactly; "no" = full fp32, what an export
-        # to transformers computes.
-        self.precision = resolve_precision(str(cfg.train.get("mixed_precision", "no")))
+        # The run's own precision (bundle.run_choices: its evaluation ran under Accelerate's autocast), so
+        # a dev set through predict() gives the run's predictions/<task>.tsv exactly; "no" = full fp32,
+        # what an export to transformers computes.
+        self.precision = precision
 
     def __repr__(self) -> str:
         return (f"TrainedModel({self.info.get('method')} on {self.info.get('backbone')}, tasks "
