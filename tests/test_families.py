@@ -137,6 +137,29 @@ def test_top_projected_attention_pools_one_vector_an_example(family):
 
 
 @pytest.mark.parametrize("family", DISTINCT)
+def test_the_probes_duplicated_layer_0_is_the_model_the_step_builds(family):
+    # ModernBERT's copy of layer 0 gains the attention norm its new position has (adapter.fit_copy);
+    # the probe once ran layer 0 twice without it, which measured another model than the step builds.
+    import copy
+
+    from deepen_run.model import duplication
+
+    ref = load(tiny(family))[0].eval()
+    torch.manual_seed(1)
+    with torch.no_grad():  # pretrained-like weights far from a fresh init, so a missing norm shows
+        for p in ref.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    deep = copy.deepcopy(ref)
+    duplication.apply(deep, tiny(family, "backbone.duplicate_layers=[0]"))
+    b, x = batch(), adapter.inputs(ref, **batch())
+    with torch.no_grad():
+        built = probe.cosine_per_example(ref(**x).last_hidden_state, deep.eval()(**x).last_hidden_state,
+                                         b["attention_mask"]).mean().item()
+    rows, _ = probe.redundancy(ref, [b], progress=False)
+    assert rows[0]["cos_duplicated"] == pytest.approx(built, abs=1e-5)
+
+
+@pytest.mark.parametrize("family", DISTINCT)
 def test_the_probe_runs(family):
     backbone = load(tiny(family))[0]
     b = {k: v for k, v in batch().items()}

@@ -8,6 +8,7 @@ accuracy at reconstructing randomly masked tokens.
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Optional
 
@@ -99,6 +100,13 @@ class _Replay(nn.Module):
         return self.value
 
 
+def _copy_at(backbone: nn.Module, layer: nn.Module, position: int) -> nn.Module:
+    """Layer i's copy as `backbone.duplicate_layers=[i]` builds it, one position up: the layer itself
+    unless the family fits a copy to its new place (ModernBERT's layer 0 gains an attention norm)."""
+    fresh = copy.deepcopy(layer, {id(backbone.config): backbone.config})
+    return fresh if adapter.fit_copy(backbone, fresh, position) else layer
+
+
 @torch.no_grad()
 def _sweep(backbone: nn.Module, call, batches: list[dict], desc: str, progress: bool):
     """Yield (layer i, "removed" | "duplicated", batch index, call(batch)) for every layer.
@@ -110,6 +118,7 @@ def _sweep(backbone: nn.Module, call, batches: list[dict], desc: str, progress: 
     layers = list(encoder_layers(backbone))
     below = [None] * len(batches)  # output of layer i-1 per batch; None: start at the embeddings
     for i in tqdm(range(len(layers)), desc=desc, disable=not progress, dynamic_ncols=True):
+        twin = _copy_at(backbone, layers[i], i + 1)
         for bi, b in enumerate(batches):
             head = [adapter.stand_in(backbone, _Replay(below[bi]), layers[0])] if below[bi] is not None else []
             with layer_stack(backbone, head + layers[i + 1:]):
@@ -118,7 +127,7 @@ def _sweep(backbone: nn.Module, call, batches: list[dict], desc: str, progress: 
             seen = []
             hook = layers[i].register_forward_hook(lambda m, args, out, seen=seen: seen.append(out))
             try:
-                with layer_stack(backbone, head + [layers[i]] + layers[i:]):
+                with layer_stack(backbone, head + [layers[i], twin] + layers[i + 1:]):
                     duplicated = call(b)
             finally:
                 hook.remove()
