@@ -192,6 +192,24 @@ def test_holm_adjusts_over_every_contrast_of_the_report():
     assert holm([0.5, 0.9]) == [pytest.approx(1.0), pytest.approx(1.0)]
 
 
+@pytest.mark.parametrize("flag", ["--contrast", "--power"])
+def test_a_named_contrast_of_rows_without_a_common_seed_is_refused(flag, tmp_path, capsys):
+    # Rows 2 and 3 ran seeds 1-3 and 4-6: no pair. The contrast once vanished from the table (exit 0),
+    # which reads as if it had been tested.
+    path = tmp_path / "seeds.csv"
+    lines = ["row,backbone,method,setup,settings,task,seed,value"]
+    for row, method, seeds in ((1, "baseline", (1, 2, 3, 4, 5, 6)), (2, "hire", (1, 2, 3)), (3, "pals", (4, 5, 6))):
+        lines += [f"{row},minilm,{method},single-task,-,rte,{s},{60 + row + s % 2}" for s in seeds]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(SystemExit) as e:
+        report.main(["--from-csv", str(path), flag, "2:3"])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and f"{flag} 2:3: rows 2 and 3 share" in err, err
+    report.main(["--from-csv", str(path), flag, "2:1"])  # seeds 1-3 in common: fine
+    out = capsys.readouterr().out
+    assert "| 2 | 1 | rte |" in out and "| 2 | 1 | avg |" not in out  # one task: no avg line repeating it
+
+
 def test_an_undefined_metric_counts_as_zero_as_in_the_runs_eval_score(mlflow_uri):
     # Seed 2's STS-B prediction collapsed to a constant: Pearson and Spearman logged as NaN, which
     # its eval/score counts as 0. The report must count that seed too, not drop it from the row.

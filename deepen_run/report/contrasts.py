@@ -142,7 +142,13 @@ def compute(rows: list[dict], named: list[str], defaults: bool = True) -> list[d
         if a == b:
             raise UserError(f"--contrast {spec!r} compares row {a} with itself")
         pairs = [p for p in pairs if set(p[:2]) != {a, b}] + [(a, b, False)]  # b:a is the same test
-    out = [c for a, b, dflt in pairs for c in contrast(a, b, rows[a - 1]["per_seed"], rows[b - 1]["per_seed"], dflt)]
+    out = []
+    for a, b, dflt in pairs:
+        found = contrast(a, b, rows[a - 1]["per_seed"], rows[b - 1]["per_seed"], dflt)
+        if not found and not dflt:  # asked for by name: an empty answer must not look like no effect
+            raise UserError(f"--contrast {a}:{b}: rows {a} and {b} share no seed on a common task "
+                            "(a contrast pairs the two rows' runs of each seed)")
+        out += found
     for c, p in zip(out, holm([c["p"] for c in out])):
         c["p_holm"] = p
     return out

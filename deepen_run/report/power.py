@@ -17,6 +17,7 @@ import math
 import statistics
 
 from deepen_run.report import contrasts as rc
+from deepen_run.errors import UserError
 
 POWER = 0.8
 ALPHA = 0.05
@@ -50,7 +51,9 @@ def table(rows: list[dict], specs: list[str], family: int, target: float) -> lis
     for spec in specs:
         a, b = rc.parse(spec, rows)
         pa, pb = rows[a - 1]["per_seed"], rows[b - 1]["per_seed"]
-        for task in [t for t in pa if t in pb] + ["avg"]:
+        common = [t for t in pa if t in pb]
+        before = len(out)
+        for task in common + (["avg"] if len(common) > 1 else []):  # one task: avg is that task again
             d = diffs(pa, pb, task)
             if len(d) < 2:
                 continue
@@ -59,6 +62,9 @@ def table(rows: list[dict], specs: list[str], family: int, target: float) -> lis
             out.append({"a": a, "b": b, "task": task, "n": n, "mean": statistics.fmean(d), "lo90": float(ci.low),
                         "hi90": float(ci.high), "sd": s, "mde": mde(s, n), "mde_family": mde(s, n, ALPHA / family),
                         "n_needed": n_for(s, target, ALPHA / family)})
+        if len(out) == before:
+            raise UserError(f"--power {spec}: rows {a} and {b} share fewer than 2 seeds on a common task (the "
+                            "paired sd needs 2)")
     return out
 
 
