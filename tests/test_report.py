@@ -210,6 +210,17 @@ def test_a_named_contrast_of_rows_without_a_common_seed_is_refused(flag, tmp_pat
     assert "| 2 | 1 | rte |" in out and "| 2 | 1 | avg |" not in out  # one task: no avg line repeating it
 
 
+@pytest.mark.parametrize("args, culprit", [(["--register", "team/sst2"], "no '/' or ':'"),
+                                           (["--seeds-csv", "{dir}"], "--seeds-csv {dir} is a folder"),
+                                           (["--submission", "{dir}"], "--submission {dir} is a folder")])
+def test_output_names_are_checked_before_the_store_is_read(args, culprit, mlflow_uri, tmp_path, capsys):
+    # Each once ended in a traceback (MlflowException, IsADirectoryError), the first after the table.
+    with pytest.raises(SystemExit) as e:
+        report.main(["--uri", mlflow_uri, *(a.format(dir=tmp_path) for a in args)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and culprit.format(dir=tmp_path) in err, err
+
+
 def test_an_undefined_metric_counts_as_zero_as_in_the_runs_eval_score(mlflow_uri):
     # Seed 2's STS-B prediction collapsed to a constant: Pearson and Spearman logged as NaN, which
     # its eval/score counts as 0. The report must count that seed too, not drop it from the row.

@@ -184,6 +184,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         tags = _parse_tags(a.tag)
         if a.out:  # before reading the store: a refused --out costs nothing
             _check_out(a.out)
+        for flag, f in (("--seeds-csv", a.seeds_csv), ("--submission", a.submission)):
+            if f is not None and f.is_dir():
+                raise UserError(f"{flag} {f} is a folder; give the path of a file to write")
+        if a.register is not None and (not a.register.strip() or any(c in a.register for c in "/:")):
+            raise UserError(f"--register {a.register!r}: a registered model's name is not empty and has no '/' or ':'")
         only = _parse_tasks(a.tasks) if a.tasks else None
         if a.only_contrasts and not a.contrast:
             raise UserError("--only-contrasts needs at least one --contrast A:B")

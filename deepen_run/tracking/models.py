@@ -141,8 +141,9 @@ def register(uri: str, run_id: str, name: str, alias: str = "champion") -> tuple
     client = MlflowClient(tracking_uri=uri)
     try:
         client.create_registered_model(name)
-    except MlflowException:
-        pass  # already registered: add a version
+    except MlflowException as e:
+        if e.error_code != "RESOURCE_ALREADY_EXISTS":  # else: already registered, add a version
+            raise UserError(f"--register {name!r}: {str(e).splitlines()[0]}") from e
     # The model's artifact location as the source, not models:/<id>: MLflow resolves that one through
     # the process-wide tracking URI, not this client's store.
     source = client.get_logged_model(model_id).artifact_location
