@@ -64,7 +64,7 @@ def choose_attention(value: str, precision: str, cuda: bool) -> tuple[str | None
 
 def attention_choice(tcfg) -> tuple[str | None, str]:
     """choose_attention for a run's train config on this machine; the backbone is built with it
-    (model/steps.py), by a run and by deepen_run.load alike."""
+    (model/steps.py). A saved model records the run's choice (serve/bundle.py, run_choices)."""
     precision = precision_choice(tcfg.mixed_precision)[0]
     return choose_attention(str(tcfg.get("attention", "auto")), precision, torch.cuda.is_available())
 

@@ -68,3 +68,6 @@ def test_best_weights_caught_between_their_two_renames_come_back(tmp_path):
     recover_best(tmp_path)
     assert (tmp_path / "checkpoints" / "best" / "model.safetensors").read_text() == "w" and not old.exists()
     assert not any(p.exists() for p in leftovers)  # a kill's leftovers: never read, they only hold disk
+    old.mkdir()  # a kill after best/'s second rename: the old one is superseded
+    recover_best(tmp_path)
+    assert not old.exists() and (tmp_path / "checkpoints" / "best" / "model.safetensors").read_text() == "w"

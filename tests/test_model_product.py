@@ -178,9 +178,14 @@ def test_hire_and_pals_exports_load_back_and_predict_what_the_runs_did(hire, pal
             idx = sorted(theirs)[:48]
             preds = m.predict([rows[i] for i in idx], task=task)
             assert [str(p.label_id) for p in preds] == [theirs[i] for i in idx], task
-    # What the run recorded wins over what this machine would pick for its config (auto: bf16 here)
-    (dest / "deepen_run.json").write_text(json.dumps(info | {"precision": "no", "attention": "sdpa"}))
-    assert deepen_run.load(dest).precision == "no"
+    # What the run recorded wins over what this machine would pick for its config (another machine's run)
+    from deepen_run.precision import resolve_precision
+
+    other = "no" if resolve_precision("auto") != "no" else "bf16"
+    kernel = "sdpa" if info["attention"] != "sdpa" else "eager"
+    (dest / "deepen_run.json").write_text(json.dumps(info | {"precision": other, "attention": kernel}))
+    again = deepen_run.load(dest)
+    assert again.precision == other and again.model.backbone.config._attn_implementation == kernel
 
 
 def test_the_end_of_run_predict_hint_works_as_printed(pals):

@@ -192,7 +192,7 @@ def test_holm_adjusts_over_every_contrast_of_the_report():
     assert holm([0.5, 0.9]) == [pytest.approx(1.0), pytest.approx(1.0)]
 
 
-@pytest.mark.parametrize("flag", ["--contrast", "--power"])
+@pytest.mark.parametrize("flag", ["--contrast", "--power", "--secondary"])
 def test_a_named_contrast_of_rows_without_a_common_seed_is_refused(flag, tmp_path, capsys):
     # Rows 2 and 3 ran seeds 1-3 and 4-6: no pair. The contrast once vanished from the table (exit 0),
     # which reads as if it had been tested.
@@ -205,6 +205,9 @@ def test_a_named_contrast_of_rows_without_a_common_seed_is_refused(flag, tmp_pat
         report.main(["--from-csv", str(path), flag, "2:3"])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and f"{flag} 2:3: rows 2 and 3 share" in err, err
+    with pytest.raises(SystemExit):  # a row against itself: sd 0, "fully powered", means nothing
+        report.main(["--from-csv", str(path), flag, "2:2"])
+    assert "compares row 2 with itself" in capsys.readouterr().err
     report.main(["--from-csv", str(path), flag, "2:1"])  # seeds 1-3 in common: fine
     out = capsys.readouterr().out
     assert "| 2 | 1 | rte |" in out and "| 2 | 1 | avg |" not in out  # one task: no avg line repeating it

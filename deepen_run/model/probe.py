@@ -103,6 +103,8 @@ class _Replay(nn.Module):
 def _copy_at(backbone: nn.Module, layer: nn.Module, position: int) -> nn.Module:
     """Layer i's copy as `backbone.duplicate_layers=[i]` builds it, one position up: the layer itself
     unless the family fits a copy to its new place (ModernBERT's layer 0 gains an attention norm)."""
+    if adapter.family_of(backbone).fresh_norm_on_copy is None:
+        return layer  # nothing to fit: the layer itself, no copy made
     fresh = copy.deepcopy(layer, {id(backbone.config): backbone.config})
     return fresh if adapter.fit_copy(backbone, fresh, position) else layer
 

@@ -134,19 +134,20 @@ def parse(spec: str, rows: list[dict]) -> tuple[int, int]:
     return select(parts[0], rows, f"--contrast {spec!r}"), select(parts[1], rows, f"--contrast {spec!r}")
 
 
-def compute(rows: list[dict], named: list[str], defaults: bool = True) -> list[dict]:
-    """Every row vs its baseline (unless defaults=False), then the named A:B contrasts; Holm over all."""
-    pairs = [(r["id"], r["baseline"], True) for r in rows if defaults and r["baseline"] not in (None, r["id"])]
+def compute(rows: list[dict], named: list[str], defaults: bool = True, flag: str = "--contrast") -> list[dict]:
+    """Every row vs its baseline (unless defaults=False), then the named A:B contrasts; Holm over all.
+    flag: the option that named them (--contrast, --secondary), for the error lines."""
+    pairs = [(r["id"], r["baseline"], None) for r in rows if defaults and r["baseline"] not in (None, r["id"])]
     for spec in named:
         a, b = parse(spec, rows)
         if a == b:
-            raise UserError(f"--contrast {spec!r} compares row {a} with itself")
-        pairs = [p for p in pairs if set(p[:2]) != {a, b}] + [(a, b, False)]  # b:a is the same test
+            raise UserError(f"{flag} {spec!r} compares row {a} with itself")
+        pairs = [p for p in pairs if set(p[:2]) != {a, b}] + [(a, b, spec)]  # b:a is the same test
     out = []
-    for a, b, dflt in pairs:
-        found = contrast(a, b, rows[a - 1]["per_seed"], rows[b - 1]["per_seed"], dflt)
-        if not found and not dflt:  # asked for by name: an empty answer must not look like no effect
-            raise UserError(f"--contrast {a}:{b}: rows {a} and {b} share no seed on a common task "
+    for a, b, spec in pairs:
+        found = contrast(a, b, rows[a - 1]["per_seed"], rows[b - 1]["per_seed"], spec is None)
+        if not found and spec is not None:  # asked for by name: an empty answer must not look like no effect
+            raise UserError(f"{flag} {spec}: rows {a} and {b} share no seed on a common task "
                             "(a contrast pairs the two rows' runs of each seed)")
         out += found
     for c, p in zip(out, holm([c["p"] for c in out])):

@@ -121,7 +121,7 @@ def extra_tables(table: dict, a) -> str:
 
     out = ""
     if a.secondary:
-        post = rc.compute(table["rows"], a.secondary, defaults=False)
+        post = rc.compute(table["rows"], a.secondary, defaults=False, flag="--secondary")
         out += contrasts_markdown({"contrasts": post}).replace(
             "Contrasts (", "Secondary contrasts, exploratory or post hoc, not in the family above (", 1)
     if a.power:

@@ -50,6 +50,8 @@ def table(rows: list[dict], specs: list[str], family: int, target: float) -> lis
     out = []
     for spec in specs:
         a, b = rc.parse(spec, rows)
+        if a == b:
+            raise UserError(f"--power {spec}: compares row {a} with itself")
         pa, pb = rows[a - 1]["per_seed"], rows[b - 1]["per_seed"]
         common = [t for t in pa if t in pb]
         before = len(out)

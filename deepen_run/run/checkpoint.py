@@ -94,7 +94,7 @@ def recover_best(home: Path) -> None:
     ckpts = home / "checkpoints"
     if not (ckpts / "best").exists() and (ckpts / ".best.old").is_dir():
         (ckpts / ".best.old").rename(ckpts / "best")
-    for p in [*ckpts.glob(".*.tmp"), *ckpts.glob(".step-*.old")]:
+    for p in [*ckpts.glob(".*.tmp"), *ckpts.glob(".*.old")]:  # .best.old too, once best/ is whole
         shutil.rmtree(p, ignore_errors=True)
 
 

@@ -1,7 +1,8 @@
 """A trained model's folder, the one format behind a run's LoggedModel and `deepen-export`:
 
   deepen_run.json        what it is: format, source run, method, backbone, tasks, the step and the
-                         dev scores the weights were evaluated at, and which file holds the weights
+                         dev scores the weights were evaluated at, the precision and attention kernel
+                         the run resolved, and which file holds the weights
   config.yaml            the run's resolved config (secrets masked): everything the model is rebuilt from
   backbone_config.json   the backbone's config as loaded, before any backbone step (layer copies):
                          the architecture is rebuilt from it without the pretrained weights

@@ -7,7 +7,7 @@ its first column (and second, for a pair task) are the texts, and any line may b
 "a<TAB>b". The output's first two columns, idx and prediction, are those of a run's
 predictions/<task>.tsv (class id, or the STS-B score to 4 decimals), so the two can be compared line
 by line; then the label name and its probability, every class's probability (p/<label>) and the
-method's per-example extras (HIRE: alpha/<j>, its importance of each layer it reads).
+method's per-example extras (HIRE: alpha/<layer>, its importance of each layer it reads).
 """
 from __future__ import annotations
 
