@@ -316,6 +316,26 @@ def test_read_only_store_as_a_non_root_user_sees_it(tmp_path, monkeypatch):
         monkeypatch.undo()
 
 
+@pytest.mark.parametrize("overrides,culprit", [
+    (["method=hire", "method.dropout=1.5"], "method.dropout=1.5 must be in [0, 1)"),
+    (["method=pals", "method.attention_dropout=2"], "method.attention_dropout=2.0 must be in [0, 1)"),
+    (["method=pals", "method.init_std=-1"], "method.init_std=-1.0 must be a finite number >= 0"),
+    (["task.names=[sst2,rte]", "schedule.alpha=nan"], "schedule.alpha=nan must be a finite number"),
+    (["tracking.uri=rel/path.db"], "tracking.uri=rel/path.db is not an MLflow tracking store"),
+    (["tracking.uri=garbage://x"], "tracking.uri=garbage://x is not an MLflow tracking store"),
+])
+def test_method_options_and_the_store_are_checked_before_any_model_builds(overrides, culprit, glue_dir):
+    """Each once failed only as the model was built or trained (torch's dropout and init, numpy's
+    sampling, MLflow's store), with a traceback, and a sweep launched the job first."""
+    from conftest import make_cfg
+    from deepen_run.errors import UserError
+    from deepen_run.run.preflight import check
+
+    with pytest.raises(UserError) as e:
+        check(make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}", *overrides))
+    assert culprit in str(e.value)
+
+
 @pytest.mark.parametrize("override,culprit", [
     ("backbone.hidden_size=30", "backbone.hidden_size=30 must be a multiple of backbone.num_attention_heads=4"),
     ("backbone.num_attention_heads=0", "backbone.num_attention_heads=0 must be a positive integer"),

@@ -27,6 +27,12 @@ def test_constant_stsb_prediction_counts_as_zero_not_dropped():
     assert metrics.undefined(res) == ["stsb/pearson", "stsb/spearmanr"]
 
 
+def test_a_dev_set_of_one_stsb_pair_is_undefined_not_a_crash():
+    # data.max_eval_samples=1: scipy raises on a correlation of one pair, after the whole training
+    res = metrics.compute("stsb", [2.5], [3.0])
+    assert math.isnan(res["pearson"]) and math.isnan(res["spearmanr"])
+
+
 def test_one_undefined_metric_of_two_halves_its_task():
     res = {"stsb": {"pearson": float("nan"), "spearmanr": 0.8}}
     assert metrics.glue_score(res, {"stsb": "stsb"}) == 0.4

@@ -29,6 +29,9 @@ SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constan
 MIN_SEQ_LENGTH = 8  # [CLS] a [SEP] b [SEP] plus a few tokens; shorter leaves no text to classify
 # Models that number positions from pad_token_id + 1, so they hold pad_token_id + 1 fewer tokens.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer")
+# MLflow's tracking stores: a database (SQLAlchemy's dialects, with or without +driver) or a server.
+# Not a plain path or file: URI: MLflow 3 keeps its folder store in maintenance mode and refuses it.
+STORE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
 
 def check(cfg) -> list[TaskSpec]:
@@ -168,6 +171,10 @@ def numbers(cfg) -> None:
     for key in ("steps_per_epoch", "steps_per_task"):
         if getattr(t, key) is not None and getattr(t, key) <= 0:
             raise UserError(f"train.{key}={getattr(t, key)} must be positive (or null)")
+    for key in ("alpha", "alpha_end"):
+        if not math.isfinite(cfg.schedule.get(key, 0.0)):
+            raise UserError(f"schedule.{key}={cfg.schedule[key]} must be a finite number (the exponent on the "
+                            "training-set sizes)")
     if not 0 <= cfg.seed < 2**32:  # numpy's seed range (accelerate's set_seed seeds numpy too)
         raise UserError(f"seed={cfg.seed} must be in [0, 2**32 - 1]")
     if cfg.data.max_seq_length < MIN_SEQ_LENGTH:
@@ -207,6 +214,10 @@ def tracking_store(t) -> None:
     (for root, write access to anything not on a read-only mount)."""
     if not str(t.experiment or "").strip():
         raise UserError("tracking.experiment is empty; name the MLflow experiment (default: deepen-run)")
+    scheme, sep, _ = str(t.uri).partition("://")
+    if not sep or scheme.split("+")[0] not in STORE_SCHEMES:
+        raise UserError(f"tracking.uri={t.uri} is not an MLflow tracking store deepen-run can use: give "
+                        "sqlite:///<absolute path of a .db file>, a database URI or http(s)://<server>")
     db = sqlite_path(t.uri)
     if db is None:
         return  # a server: Tracker.check reaches it before the run

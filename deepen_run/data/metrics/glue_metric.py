@@ -37,6 +37,8 @@ class GlueMetric(evaluate.Metric):
                 out[name] = float(f1_score(references, predictions))
             elif name == "matthews_correlation":
                 out[name] = float(matthews_corrcoef(references, predictions))
+            elif len(predictions) < 2:  # a correlation of one pair is undefined (scipy raises): NaN, as
+                out[name] = float("nan")  # for a constant prediction, counted as 0 in eval/score
             elif name == "pearson":
                 out[name] = float(pearsonr(predictions, references)[0])
             elif name == "spearmanr":

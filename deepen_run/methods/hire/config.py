@@ -69,3 +69,5 @@ def check_method(cfg: Config) -> None:
                         "has nothing to weigh; drop one of the two")
     if cfg.report_examples < 0:
         raise UserError(f"method.report_examples={cfg.report_examples} must be >= 0")
+    if cfg.dropout is not None and not 0 <= cfg.dropout < 1:  # `not` also catches NaN
+        raise UserError(f"method.dropout={cfg.dropout} must be in [0, 1) (null: the backbone's hidden_dropout_prob)")

@@ -48,7 +48,12 @@ class Config:
 
 def check(cfg) -> None:
     """The run's pre-flight (whole config), before any model loads."""
-    if problem := variant_problem(cfg.method):
+    m = cfg.method
+    if not 0 <= m.attention_dropout < 1:  # `not` also catches NaN
+        raise UserError(f"method.attention_dropout={m.attention_dropout} must be in [0, 1)")
+    if not 0 <= m.init_std < float("inf"):
+        raise UserError(f"method.init_std={m.init_std} must be a finite number >= 0")
+    if problem := variant_problem(m):
         raise UserError(problem)
 
 
