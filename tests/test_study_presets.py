@@ -37,6 +37,17 @@ def grid(preset: str) -> list:
     return compose_all(jobs(preset))
 
 
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_study_preset_is_a_sweep_without_minus_m(preset):
+    # Without hydra.mode=MULTIRUN, `deepen-run +study=abl_hire` ran one job of the defaults (seed 42)
+    # into the study's experiment and dropped the grid, with exit 0.
+    from hydra.types import RunMode
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose(config_name="config", overrides=[f"+study={preset}"], return_hydra_config=True)
+    assert cfg.hydra.mode == RunMode.MULTIRUN
+
+
 def test_there_are_presets():
     assert {"cpu_single", "cpu_multi", "paper_single", "paper_multi", "abl_hire", "abl_duplicate", "abl_lr"} <= set(PRESETS)
 
