@@ -196,8 +196,9 @@ def test_the_end_of_run_predict_hint_works_as_printed(pals):
     from deepen_run.run.summary import predict_args
 
     (hint,) = re.findall(r"\(deepen-predict --run (\S+) (.*?); docs/use-a-model.md\)", pals.out)
-    assert hint[0] == pals.run_id and hint[1].startswith("--task sst2 ")
-    r = tool("predict", "--run", hint[0], "--tracking-uri", pals.uri, *shlex.split(hint[1]))
+    # the test's own store, not the default one: the hint names it (it once did not)
+    assert hint[0] == pals.run_id and hint[1].startswith(f"--tracking-uri {pals.uri} --task sst2 ")
+    r = tool("predict", "--run", hint[0], *shlex.split(hint[1]))
     assert r.returncode == 0 and r.stdout.count("\n") == 2, r.stderr[-2000:]  # a header and the sentence's row
     assert predict_args("rte") == '--pair "a sentence" "another"' and predict_args("sst2") == '"a sentence"'
 

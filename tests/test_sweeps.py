@@ -52,6 +52,12 @@ def test_parallel_sweep_is_one_parent_with_a_finished_child_per_job(joblib_sweep
         assert {"config.yaml", "metrics.json", "predictions"} <= {a.path for a in client.list_artifacts(c.info.run_id)}
     assert "[job 1/3] started: seed=1" in r.stdout and "[job 3/3] FINISHED" in r.stdout
     assert "3/3 jobs FINISHED, 0 failed" in r.stdout
+    # The closing hint reaches this store as printed (it once named neither store nor experiment)
+    again = next(ln for ln in r.stdout.splitlines() if "the table again" in ln).split("the table again", 1)[1]
+    assert again.split() == ["deepen-report", "--sweep-id", sweep_id, "--uri", uri]
+    from deepen_run.run.summary import DEFAULT_STORE, store_args
+
+    assert store_args(DEFAULT_STORE, "deepen-run") == "" and store_args(uri, "exp2") == f" --uri {uri} --experiment exp2"
     assert "database is locked" not in r.stderr
 
 

@@ -25,6 +25,20 @@ def ui_hint(uri: str) -> tuple[str, str]:
     return ui.DEFAULT_UI, f"mlflow ui --backend-store-uri {uri}"
 
 
+def store_args(uri: str, experiment: Optional[str] = None, flag: str = "--uri") -> str:
+    """The options a printed command needs to reach this store (and experiment) where they are not
+    the defaults: copied as printed, the command must find the run."""
+    import shlex
+
+    from deepen_run.config.redact import mask_uri
+    from deepen_run.config.schema import TrackingConfig
+
+    out = f" {flag} {shlex.quote(mask_uri(uri))}" if uri != DEFAULT_STORE else ""
+    if experiment is not None and experiment != TrackingConfig().experiment:
+        out += f" --experiment {shlex.quote(experiment)}"
+    return out
+
+
 def local_path(uri: str) -> str:
     return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
 
@@ -47,8 +61,9 @@ def text(tracker, home: Optional[Path], status: str) -> str:
     elif "eval/score" in metrics:
         lines.append("  best weights  not kept (short run; train.save_best=true keeps them)")
     if run.data.tags.get("model_id"):  # the LoggedModel of a run that kept weights (serve/publish.py)
-        lines.append(f"  model         models:/{run.data.tags['model_id']}  (deepen-predict --run {tracker.run_id} "
-                     f"{predict_args(run.data.tags.get('task', ''))}; docs/use-a-model.md)")
+        lines.append(f"  model         models:/{run.data.tags['model_id']}  (deepen-predict --run {tracker.run_id}"
+                     f"{store_args(tracker.uri, flag='--tracking-uri')} {predict_args(run.data.tags.get('task', ''))}; "
+                     "docs/use-a-model.md)")
     names = [a.path + ("/" if a.is_dir else "") for a in tracker.client.list_artifacts(tracker.run_id)]
     lines.append(f"  artifacts     {local_path(run.info.artifact_uri)}  ({', '.join(names)})")
     lines.append(f"  MLflow UI     {ui.run_url(base, tracker.experiment_id, tracker.run_id)}  ({how})")
