@@ -158,6 +158,8 @@ CASES = [
     ("unreachable-tracking", ["tracking.uri=http://127.0.0.1:1"], "http://127.0.0.1:1"),
     ("offline-backbone", ["backbone=roberta_base"], "FacebookAI/roberta-base"),
     ("resume-nothing", ["resume=/no/such/run"], "/no/such/run"),
+    # an arm that reads a value from the environment, unset: a 30-frame traceback in a single run
+    ("env-value-unset", ["+arm=duplicate_per_backbone"], "'DEEPEN_STUDY_DUPLICATE_tiny' not found"),
 ]
 
 

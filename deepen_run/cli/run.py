@@ -116,7 +116,12 @@ def checked_run(cfg, tags: dict[str, str] | None = None, signals=None) -> float:
     # Only rank 0 owns the run dir; the other ranks of a multi-process run share its home.
     holding = run_dir_lock(folder) if folder is not None and os.environ.get("RANK", "0") == "0" else nullcontext()
     with holding:
-        tasks = check(cfg)
+        from omegaconf.errors import InterpolationResolutionError
+
+        try:
+            tasks = check(cfg)
+        except InterpolationResolutionError as e:  # a value the command leaves unset (${oc.env:...}): input
+            raise UserError(f"{type(e).__name__}: {one_line(e)}") from None
         phase("checked")
         if home is not None:
             same_data(home, cfg, tasks)  # a resumed run trains on the data it started with
