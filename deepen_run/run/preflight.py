@@ -9,13 +9,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import os
-from pathlib import Path
 
 from deepen_run.data import tsv
 from deepen_run.errors import UserError
 from deepen_run.data.glue import TaskSpec, get_tasks
-from deepen_run.util import sqlite_path
+from deepen_run.run.places import tracking_store, writable_dirs
 
 POSITIVE = ("learning_rate", "new_params_lr_scale", "batch_size", "eval_batch_size", "gradient_accumulation_steps",
             "log_every")
@@ -29,9 +27,6 @@ SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constan
 MIN_SEQ_LENGTH = 8  # [CLS] a [SEP] b [SEP] plus a few tokens; shorter leaves no text to classify
 # Models that number positions from pad_token_id + 1, so they hold pad_token_id + 1 fewer tokens.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer")
-# MLflow's tracking stores: a database (SQLAlchemy's dialects, with or without +driver) or a server.
-# Not a plain path or file: URI: MLflow 3 keeps its folder store in maintenance mode and refuses it.
-STORE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
 
 def check(cfg) -> list[TaskSpec]:
@@ -206,72 +201,6 @@ def random_backbone(b) -> None:
                         f"{b.num_attention_heads} (each head takes hidden_size / heads of it)")
     if not 0 <= b.pad_token_id < b.vocab_size:
         raise UserError(f"backbone.pad_token_id={b.pad_token_id} must be a token id, in [0, backbone.vocab_size)")
-
-
-def tracking_store(t) -> None:
-    """A local store's permissions, before the run: MLflow would find a read-only database only at
-    its first write, after the model loaded, with tracebacks. os.access is what the process may do
-    (for root, write access to anything not on a read-only mount)."""
-    if not str(t.experiment or "").strip():
-        raise UserError("tracking.experiment is empty; name the MLflow experiment (default: deepen-run)")
-    scheme, sep, _ = str(t.uri).partition("://")
-    if not sep or scheme.split("+")[0] not in STORE_SCHEMES:
-        raise UserError(f"tracking.uri={t.uri} is not an MLflow tracking store deepen-run can use: give "
-                        "sqlite:///<absolute path of a .db file>, a database URI or http(s)://<server>")
-    db = sqlite_path(t.uri)
-    if db is None:
-        return  # a server: Tracker.check reaches it before the run
-    if db.is_dir():
-        raise UserError(f"tracking.uri={t.uri}: {db} is a folder, not a database file")
-    if db.exists() and not os.access(db, os.R_OK | os.W_OK):
-        raise UserError(f"tracking.uri={t.uri}: the database {db} is read-only; chmod u+rw it or use another store")
-    folder = db.parent
-    while not folder.exists() and folder != folder.parent:  # the store's folder is made on first use
-        folder = folder.parent
-    if not folder.is_dir():
-        raise UserError(f"tracking.uri={t.uri}: {folder} is a file, not a folder")
-    # SQLite writes its journal next to the database, MLflow its lock file and mlartifacts/.
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UserError(f"tracking.uri={t.uri}: the folder {folder} is not writable; chmod u+rwx it or use another store")
-    for extra in (Path(f"{db}.lock"), db.parent / "mlartifacts"):
-        if extra.exists() and not os.access(extra, os.W_OK):
-            raise UserError(f"tracking.uri={t.uri}: {extra} is read-only; chmod u+rw it or use another store")
-
-
-def writable(folder: Path) -> str | None:
-    """Why `folder` (made on first use, so its nearest existing ancestor is what counts) cannot take
-    our files, or None. os.access says what the permission bits allow; root passes it everywhere,
-    so a real probe file is written too (a read-only mount, a full or flaky disk refuse it)."""
-    import tempfile
-
-    here = folder
-    while not here.exists() and not here.is_symlink() and here != here.parent:
-        here = here.parent
-    if not here.is_dir():
-        return f"{here} is a file, not a folder"
-    if not os.access(here, os.W_OK | os.X_OK):
-        return f"the folder {here} is not writable (chmod u+rwx it)"
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".deepen-probe-", dir=here)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        return f"cannot write in {here} ({e.strerror or e})"
-    return None
-
-
-def writable_dirs(cfg) -> None:
-    """data.cache_dir and the run dir, before any weights load: a run would find them unwritable only
-    after tokenizing or at its first checkpoint, with a PermissionError traceback and a FAILED run."""
-    from hydra.core.hydra_config import HydraConfig
-
-    where = [("data.cache_dir", cfg.data.cache_dir)] if cfg.data.cache_dir else []
-    if HydraConfig.initialized():  # the run dir Hydra made (a sweep's launcher: its own, checked alike)
-        where.append(("hydra.run.dir", HydraConfig.get().runtime.output_dir))
-    for key, folder in where:
-        why = writable(Path(str(folder)).expanduser())
-        if why:
-            raise UserError(f"{key}={folder}: {why}; pass another {key}")
 
 
 def seq_length(cfg) -> None:
