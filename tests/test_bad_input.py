@@ -158,8 +158,6 @@ CASES = [
     ("unreachable-tracking", ["tracking.uri=http://127.0.0.1:1"], "http://127.0.0.1:1"),
     ("offline-backbone", ["backbone=roberta_base"], "FacebookAI/roberta-base"),
     ("resume-nothing", ["resume=/no/such/run"], "/no/such/run"),
-    # an arm that reads a value from the environment, unset: a 30-frame traceback in a single run
-    ("env-value-unset", ["+arm=duplicate_per_backbone"], "'DEEPEN_STUDY_DUPLICATE_tiny' not found"),
 ]
 
 
@@ -336,6 +334,17 @@ def test_method_options_and_the_store_are_checked_before_any_model_builds(overri
     with pytest.raises(UserError) as e:
         check(make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}", *overrides))
     assert culprit in str(e.value)
+
+
+def test_a_value_left_unset_in_the_environment_is_input_not_a_traceback(glue_dir):
+    # +arm=duplicate_per_backbone reads DEEPEN_STUDY_DUPLICATE_<backbone>: unset, a single run gave a
+    # 30-frame InterpolationResolutionError traceback and left its run dir (a sweep: one line).
+    from conftest import make_cfg
+    from deepen_run.cli.run import checked_run
+    from deepen_run.errors import UserError
+
+    with pytest.raises(UserError, match="'DEEPEN_STUDY_DUPLICATE_tiny' not found"):
+        checked_run(make_cfg("backbone=tiny", "+arm=duplicate_per_backbone", f"data.glue_dir={glue_dir}"))
 
 
 @pytest.mark.parametrize("override,culprit", [
