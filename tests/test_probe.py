@@ -126,6 +126,13 @@ def test_probe_finds_a_pretrained_mlm_head_and_measures_it(glue_dir, tmp_path):
 def test_bad_probe_settings_fail_with_one_line(glue_dir, mlflow_uri):
     with pytest.raises(probe_cli.UserError, match="probe.samples=0"):
         probe_cli.run(probe_cfg("backbone=tiny", "probe.samples=0", f"tracking.uri={mlflow_uri}"))
+    # deepen-run's own checks of the keys the probe shares: a traceback (or silently ignored) before
+    for bad, culprit in (("data.max_seq_length=2", "must be at least 8"), ("data.max_seq_length=100000", "positions"),
+                         ("backbone.duplicate_layers=[1]", "drop backbone.duplicate_layers"),
+                         ("tracking.uri=rel.db", "is not an MLflow tracking store")):
+        with pytest.raises(probe_cli.UserError, match=culprit):
+            probe_cli.run(probe_cfg("backbone=tiny", bad, f"data.glue_dir={glue_dir}",
+                                    *([] if "uri" in bad else [f"tracking.uri={mlflow_uri}"])))
     # A misspelled key, as deepen-run refuses it: with + (once silently ignored) and without (Hydra's hint).
     with pytest.raises(probe_cli.UserError, match=r"unknown config key probe.sample \(did you mean probe.samples\?\)"):
         probe_cli.run(probe_cfg("backbone=tiny", "+probe.sample=5", f"tracking.uri={mlflow_uri}"))

@@ -116,8 +116,18 @@ def check(cfg) -> list:
             raise UserError(f"probe.{key}={getattr(p, key)} must be positive")
     if not 0 < p.mlm_probability < 1:
         raise UserError(f"probe.mlm_probability={p.mlm_probability} must be in (0, 1)")
+    if cfg.backbone.duplicate_layers:  # the probe measures copies itself, one layer at a time
+        raise UserError("deepen-probe measures the checkpoint's own layers, each removed and duplicated in "
+                        "turn: drop backbone.duplicate_layers")
+    from deepen_run.run.places import tracking_store
+    from deepen_run.run.preflight import MIN_SEQ_LENGTH, seq_length
+
+    if cfg.data.max_seq_length < MIN_SEQ_LENGTH:
+        raise UserError(f"data.max_seq_length={cfg.data.max_seq_length} must be at least {MIN_SEQ_LENGTH}")
+    tracking_store(cfg.tracking)
     gd.check_glue_dir(cfg.data.glue_dir, tasks, need_train=False)
     bb.preflight(cfg.backbone)
+    seq_length(cfg)  # within the backbone's position table
     from deepen_run.model import adapter
 
     adapter.refuse_shared(bb.model_type(cfg.backbone), "deepen-probe")
