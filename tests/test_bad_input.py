@@ -336,6 +336,14 @@ def test_method_options_and_the_store_are_checked_before_any_model_builds(overri
     assert culprit in str(e.value)
 
 
+def test_a_sweep_with_cfg_is_one_line():
+    from conftest import cli
+
+    r = cli("-m", "seed=1,2", "--cfg", "job")  # Hydra's ValueError with its traceback before
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "-m and --cfg do not go together" in lines[0], r.stderr
+
+
 def test_a_value_left_unset_in_the_environment_is_input_not_a_traceback(glue_dir):
     # +arm=duplicate_per_backbone reads DEEPEN_STUDY_DUPLICATE_<backbone>: unset, a single run gave a
     # 30-frame InterpolationResolutionError traceback and left its run dir (a sweep: one line).

@@ -147,6 +147,10 @@ def main() -> None:
     late = [a for a in sys.argv[2:] if a in ("-m", "--multirun")]
     if late:  # Hydra's argparse would say only "unrecognized arguments"
         fail(f"{late[0]} goes first: deepen-run -m <overrides> (a sweep), e.g. deepen-run -m seed=1,2 task=rte", 2)
+    shown = [a for a in sys.argv[1:] if a in ("-c", "--cfg", "-i", "--info")]
+    if shown and sys.argv[1:2] in (["-m"], ["--multirun"]):  # Hydra raises a ValueError with its traceback
+        fail(f"{sys.argv[1]} and {shown[0]} do not go together: {shown[0]} prints one job's config; drop "
+             f"{sys.argv[1]} (and give one value a key) to see it", 2)
     keys = {a.split("=", 1)[0].lstrip("+~"): a for a in sys.argv[1:] if "=" in a}
     if "arm" in keys and "method" in keys:  # an arm picks the method (conf/arm/): two choices, one wins
         fail(f"{keys['arm']} and {keys['method']}: an arm sets the method itself (conf/arm/); drop "
