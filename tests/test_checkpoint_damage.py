@@ -65,8 +65,11 @@ def test_best_weights_caught_between_their_two_renames_come_back(tmp_path):
     leftovers = [tmp_path / "checkpoints" / name for name in (".step-20.old", ".step-30.tmp", ".best.tmp")]
     for p in leftovers:
         p.mkdir()
+    mine = tmp_path / "checkpoints" / ".notes.tmp"  # a hidden file of the user's: not a name we write
+    mine.write_text("keep")
     recover_best(tmp_path)
     assert (tmp_path / "checkpoints" / "best" / "model.safetensors").read_text() == "w" and not old.exists()
+    assert mine.read_text() == "keep"
     assert not any(p.exists() for p in leftovers)  # a kill's leftovers: never read, they only hold disk
     old.mkdir()  # a kill after best/'s second rename: the old one is superseded
     recover_best(tmp_path)

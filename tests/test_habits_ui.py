@@ -34,7 +34,10 @@ Cells: dev score x100.
 def test_the_parent_note_starts_with_every_row_in_one_short_paragraph():
     from deepen_run.sweep import summary
 
-    note = summary.note({"sweep_id": "S", "n_jobs": 6, "params": {}}, [], TABLE, "FINISHED", ["rte"])
+    from deepen_run.run.summary import DEFAULT_STORE
+
+    info = {"sweep_id": "S", "n_jobs": 6, "params": {}, "uri": DEFAULT_STORE, "experiment": "deepen-run"}
+    note = summary.note(info, [], TABLE, "FINISHED", ["rte"])
     first = note.split("\n\n")[0]
     assert "\n" not in first and first.startswith("**Sweep S** (FINISHED): 0 of 6 jobs finished")
     assert first.endswith("Avg (dev x100, mean ± std over seeds): **#1** baseline: **51.8 ± 0.3** (baseline) (n 2) · "

@@ -94,8 +94,10 @@ def recover_best(home: Path) -> None:
     ckpts = home / "checkpoints"
     if not (ckpts / "best").exists() and (ckpts / ".best.old").is_dir():
         (ckpts / ".best.old").rename(ckpts / "best")
-    for p in [*ckpts.glob(".*.tmp"), *ckpts.glob(".*.old")]:  # .best.old too, once best/ is whole
-        shutil.rmtree(p, ignore_errors=True)
+    # Only the folders Checkpointer._write names (.step-N / .best, .tmp / .old): nothing else is ours.
+    for p in [*ckpts.glob(".step-*.tmp"), *ckpts.glob(".step-*.old"), ckpts / ".best.tmp", ckpts / ".best.old"]:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def read_run_file(home: Path) -> dict:

@@ -154,7 +154,7 @@ def note(info: dict, children: list[dict], table_md: Optional[str], state: str, 
 def _store_args(info: dict) -> str:
     from deepen_run.run.summary import store_args
 
-    return store_args(info["uri"], info["experiment"]) if "uri" in info else ""  # a note made for a test
+    return store_args(info["uri"], info["experiment"])
 
 
 def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
@@ -237,7 +237,7 @@ def compare_url(base: str, experiment_id: str, run_ids: list[str]) -> str:
 
 def links(info: dict, tracker) -> str:
     from deepen_run.tracking import ui
-    from deepen_run.run.summary import store_args, ui_hint
+    from deepen_run.run.summary import ui_hint
     from deepen_run.tracking.store import find_runs
 
     base, how = ui_hint(info["uri"])
@@ -246,4 +246,4 @@ def links(info: dict, tracker) -> str:
     return "\n".join([
         f"  compare the children  {compare_url(base, exp, [r['run_id'] for r in runs])}  ({how})",
         f"  the sweep's parent    {ui.run_url(base, exp, info['parent_run_id'])}",
-        f"  the table again       deepen-report --sweep-id {info['sweep_id']}{store_args(info['uri'], info['experiment'])}"])
+        f"  the table again       deepen-report --sweep-id {info['sweep_id']}{_store_args(info)}"])
