@@ -3,6 +3,7 @@ fail/fail_with sit here, not in the CLI, so the run layer (run/rundir.py) can en
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from deepen_run.util import one_line
 
@@ -30,7 +31,8 @@ class FromRun(Exception):
 
 def fail(msg: str, code: int, newline: bool = False) -> None:
     # newline: a progress bar may hold the cursor mid-line; the message gets a line of its own.
-    print(f"{chr(10) if newline else ''}deepen-run: error: {one_line(msg)}", file=sys.stderr)
+    prog = Path(sys.argv[0]).name if Path(sys.argv[0]).name.startswith("deepen-") else "deepen-run"
+    print(f"{chr(10) if newline else ''}{prog}: error: {one_line(msg)}", file=sys.stderr)
     sys.exit(code)
 
 

@@ -27,7 +27,9 @@ contrasts over the parts they read, no exploratory row) and publishes family_rep
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import random
 import shlex
@@ -234,11 +236,37 @@ def what_to_report(name: str, sweeps: dict, st: dict = STUDIES["floor"]) -> tupl
     return ids_of(sweeps, presets), contrasts, own, secondary
 
 
+@functools.cache
+def train_rows(glue_dir: str, task: str) -> int:
+    from deepen_run.data.glue import get_tasks
+    from deepen_run.data.tsv import read_tsv
+
+    spec = get_tasks([task])[0]
+    return len(read_tsv(Path(glue_dir) / spec.folder / "train.tsv", spec, labelled=True)["idx"])
+
+
+def job_steps(cfg) -> int:
+    """A job's training steps as the run counts them: train.max_steps, else num_epochs passes over its
+    cut training sets (the abl_* presets), which needs the GLUE files."""
+    t = cfg.train
+    if t.max_steps > 0:
+        return t.max_steps
+    from deepen_run.data.loaders import train_size
+    from deepen_run.data.sampling import epoch_length
+
+    if not cfg.data.glue_dir:
+        sys.exit("study: --cost counts the training rows of epoch-sized jobs: set DEEPEN_GLUE_DIR")
+    rows = [train_size(train_rows(cfg.data.glue_dir, task), cfg.data.train_fraction, cfg.data.max_train_samples)
+            for task in cfg.task.names]
+    per_pass = sum(math.ceil(n / t.batch_size) for n in rows) // t.gradient_accumulation_steps
+    return math.ceil(t.num_epochs * epoch_length(t, len(rows), per_pass))
+
+
 def job_seconds(cfg) -> float:
     """One job's estimated seconds on 2 idle cores (STEP_S; PALs' variants at PALs' rate)."""
     setup = "multi" if len(cfg.task.names) > 1 else "single"
     kind = cfg.method.name if (setup, cfg.method.name) in STEP_S else "baseline"
-    return START_S + cfg.train.max_steps * STEP_S[(setup, kind)]
+    return START_S + job_steps(cfg) * STEP_S[(setup, kind)]
 
 
 def cost_table(study: str) -> list[dict]:

@@ -139,6 +139,32 @@ def test_bad_probe_settings_fail_with_one_line(glue_dir, mlflow_uri):
     r = cli("backbone=tiny", "probe.sample=5", f"tracking.uri={mlflow_uri}", prog="deepen-probe")
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "did you mean probe.samples?" in lines[0], r.stderr[-2000:]
+    # Training-set keys the probe never reads: refused, not silently ignored.
+    for bad in ("data.max_train_samples=10", "data.train_fraction=0.5"):
+        with pytest.raises(probe_cli.UserError, match=f"{bad}: deepen-probe reads dev examples only"):
+            probe_cli.run(probe_cfg("backbone=tiny", bad, f"data.glue_dir={glue_dir}", f"tracking.uri={mlflow_uri}"))
+
+
+@pytest.mark.subprocess
+def test_deepen_probe_guards_its_run_dir_as_deepen_run_does(glue_dir, mlflow_uri, tmp_path):
+    # A refused probe leaves no folder behind, and says so in one line under its own name.
+    run_dir = tmp_path / "made" / "probe"
+    r = cli("backbone=tiny", "data.max_train_samples=10", f"data.glue_dir={glue_dir}", f"tracking.uri={mlflow_uri}",
+            f"hydra.run.dir={run_dir}", prog="deepen-probe")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert lines[0].startswith("deepen-probe: error: data.max_train_samples=10"), lines
+    assert not (tmp_path / "made").exists()
+    # A folder of the user's is refused before Hydra writes its .hydra/ and log there.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    r = cli("backbone=tiny", f"data.glue_dir={glue_dir}", f"tracking.uri={mlflow_uri}", f"hydra.run.dir={mine}",
+            prog="deepen-probe")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "notes.txt" in lines[0], r.stderr[-2000:]
+    assert lines[0].startswith("deepen-probe: error: hydra.run.dir=")
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
 @pytest.mark.e2e

@@ -146,6 +146,28 @@ def test_the_study_parts_cover_every_preset_and_stay_under_90_minutes():
     assert set(s3["family"]) == {c for part in s3["parts"].values() for c in part.get("contrasts", [])}
 
 
+def test_the_cost_model_counts_an_epoch_sized_job_as_the_run_trains_it(glue_dir, mlflow_uri):
+    """--cost of the abl_* presets (train.max_steps=-1): their steps come from the cut training sets,
+    as a run counts them, not from max_steps (which once made each job cost 10 s)."""
+    import importlib.util
+
+    from conftest import runs_of
+    from deepen_run.run.preflight import check
+    from deepen_run.run.runner import run
+
+    spec = importlib.util.spec_from_file_location("study", ROOT / "scripts" / "study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    cfg = make_cfg("backbone=tiny", "task=stsb", "train.max_steps=-1", "train.num_epochs=1.5", "train.batch_size=16",
+                   "data.train_fraction=0.01", "data.max_train_samples=40", f"data.glue_dir={glue_dir}",
+                   f"tracking.uri={mlflow_uri}")
+    run(cfg, check(cfg))
+    client, (r,) = runs_of(mlflow_uri)
+    trained = max(m.step for m in client.get_metric_history(r.info.run_id, "train/loss"))
+    assert study.job_steps(cfg) == trained == 5  # 1.5 passes over ceil(40 / 16) = 3 batches
+    assert study.job_seconds(cfg) > study.START_S
+
+
 
 def test_a_draw_that_follows_the_seed_keeps_its_runs_in_one_row():
     """deepen-report's row key (deepen_run/report/rows.py): s3_hire_random's random_seed=${seed} runs

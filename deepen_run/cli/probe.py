@@ -119,6 +119,10 @@ def check(cfg) -> list:
     if cfg.backbone.duplicate_layers:  # the probe measures copies itself, one layer at a time
         raise UserError("deepen-probe measures the checkpoint's own layers, each removed and duplicated in "
                         "turn: drop backbone.duplicate_layers")
+    for key in ("train_fraction", "max_train_samples"):  # accepted silently, they would seem to matter
+        if cfg.data[key] is not None:
+            raise UserError(f"data.{key}={cfg.data[key]}: deepen-probe reads dev examples only (probe.samples "
+                            f"of them, data.max_eval_samples at most): drop data.{key}")
     from deepen_run.run.places import tracking_store
     from deepen_run.run.preflight import MIN_SEQ_LENGTH, seq_length
 
@@ -229,12 +233,9 @@ def _hydra_main(cfg) -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        run(cfg)
+        run(cfg)  # a UserError goes on to rundir.RunDirGuard: it removes what this attempt made, prints it
     except (HydraException, OmegaConfBaseException) as e:
         raise FromRun(e) from e  # the probe's own error (a bug), not a composition error: its traceback
-    except UserError as e:
-        print(f"deepen-probe: error: {e}", file=sys.stderr)
-        sys.exit(2)
 
 
 def main() -> None:
