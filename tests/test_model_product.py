@@ -221,6 +221,14 @@ def test_register_names_the_best_run_champion(hire):
     import deepen_run
 
     assert deepen_run.load("models:/sst2-hire@champion", tracking_uri=hire.uri).info["run_id"] == hire.run_id
+    # A name an MLflow prompt holds is no model to add a version to: one line, nothing registered.
+    hire.client.register_prompt("sst2-prompt", "Classify: {{text}}")
+    r = subprocess.run([sys.executable, "-m", "deepen_run.report.main", "--uri", hire.uri, "--register", "sst2-prompt"],
+                       capture_output=True, text=True, timeout=HANG)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("deepen-report: error: --register "
+                                                                            "'sst2-prompt': "), r.stderr[-2000:]
+    assert "taken by a prompt" in r.stderr
+    assert hire.client.search_model_versions("name='sst2-prompt'") == []
 
 
 def tiny_bundle(folder: Path, *overrides: str) -> Path:
