@@ -75,13 +75,13 @@ def test_a_run_saved_before_the_key_existed_still_resumes():
     is no difference (the old run ran with it); set otherwise, or a changed key, still is one."""
     from omegaconf import OmegaConf
 
-    from deepen_run.run.resume import _plain, differences
+    from deepen_run.run.resume import differences, plain_config
 
-    now = _plain(make_cfg())
+    now = plain_config(make_cfg())
     then = OmegaConf.to_container(OmegaConf.create(now))
     del then["train"]["model_selection"]
     assert differences(then, now) == []
-    assert differences(then, _plain(make_cfg("train.model_selection=best", "train.eval_every=5"))) == \
+    assert differences(then, plain_config(make_cfg("train.model_selection=best", "train.eval_every=5"))) == \
         ["train.eval_every", "train.model_selection"]
 
 

@@ -52,7 +52,8 @@ def save_run_config(home: Optional[Path], cfg) -> None:
         from deepen_run.config.redact import scrub, secret_env_values
 
         tmp = home / f".{RUN_CONFIG}.tmp"  # no secret on disk: a resume takes them from its own command
-        tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(scrub(_plain(cfg, keep_resume=True), secret_env_values()))))
+        plain = scrub(plain_config(cfg, keep_resume=True), secret_env_values())
+        tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(plain)))
         tmp.replace(home / RUN_CONFIG)
 
 
@@ -62,7 +63,7 @@ def current_dir() -> Optional[Path]:
     return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
 
 
-def _plain(cfg, keep_resume: bool = False) -> dict:
+def plain_config(cfg, keep_resume: bool = False) -> dict:
     """The config as compared between attempts: unresolved, secrets masked on both sides (the saved
     run_config.yaml holds them masked)."""
     from deepen_run.config.redact import scrub, secret_env_values
@@ -86,13 +87,13 @@ def _candidates(here: Optional[Path]) -> set[Path]:
 
 def _continuable(home: Path, mine: dict) -> bool:
     return (latest(home) is not None and read_run_file(home).get("status") != "FINISHED"
-            and not differences(_plain(OmegaConf.load(saved_config(home))), mine) and not in_use(home))
+            and not differences(plain_config(OmegaConf.load(saved_config(home))), mine) and not in_use(home))
 
 
 def find_latest(cfg, here: Optional[Path], own_first: bool = False, own_only: bool = False) -> Optional[Path]:
     """The unfinished checkpointed run of this exact config (a live one is skipped), or None.
     own_only: a sweep's job continues its own dir's run or none (never another sweep's job)."""
-    mine = _plain(cfg)
+    mine = plain_config(cfg)
     if own_first and here is not None and saved_config(here) is not None and _continuable(here, mine):
         return here.resolve()
     if own_only:
@@ -159,7 +160,7 @@ def _same_config(cfg, here: Path) -> None:
     f = saved_config(here)
     if f is None:
         return
-    then, now = _plain(OmegaConf.load(f)), _plain(cfg)
+    then, now = plain_config(OmegaConf.load(f)), plain_config(cfg)
     keys = differences(then, now)
     if keys:
         show = "; ".join(f"{k} was {_at(then, k)!r}, now {_at(now, k)!r}" for k in keys[:3])

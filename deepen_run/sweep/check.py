@@ -20,6 +20,7 @@ from typing import Optional
 from omegaconf import OmegaConf
 
 from deepen_run.errors import UserError
+from deepen_run.util import one_line
 
 
 def job_overrides(config) -> Optional[list[list[str]]]:
@@ -52,9 +53,9 @@ def _swept(job: list[str], jobs: list[list[str]]) -> list[str]:
 
 
 def _one_line(e: BaseException) -> str:
+    """The error and its cause (Hydra wraps what OmegaConf said), folded onto one line."""
     cause = e.__cause__
-    text = f"{e} {cause}" if cause is not None and str(cause) not in str(e) else str(e)
-    return " ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+    return one_line(f"{e} {cause}" if cause is not None and str(cause) not in str(e) else e)
 
 
 def check_jobs(config) -> Optional[int]:
@@ -66,7 +67,7 @@ def check_jobs(config) -> Optional[int]:
     from hydra import compose
 
     from deepen_run.run.preflight import check, numbers, typo
-    from deepen_run.run.resume import _plain
+    from deepen_run.run.resume import plain_config
 
     name = config.hydra.job.config_name
     seen: set[str] = set()
@@ -75,7 +76,7 @@ def check_jobs(config) -> Optional[int]:
         try:
             cfg = compose(config_name=name, overrides=job)
             numbers(cfg)
-            inputs = _plain(cfg)
+            inputs = plain_config(cfg)
             for key in ("seed", "train", "schedule", "tracking"):
                 inputs.pop(key, None)
             key = OmegaConf.to_yaml(OmegaConf.create(inputs))
