@@ -204,3 +204,59 @@ def test_unreadable_task_folder_is_named_before_looking_inside(tmp_path, monkeyp
     monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != folder and real(p, mode))
     with pytest.raises(UserError, match=f"folder {folder} is not readable"):
         tsv.check_glue_dir(str(tmp_path), get_tasks(["rte"]))
+
+
+def signalled_at(target: str, *a) -> subprocess.CompletedProcess:
+    """deepen-run that sends itself SIGTERM as `module:function` is first entered: a signal at an exact
+    point of the run, through the run's real handlers (a kill from outside cannot aim this well)."""
+    module, function = target.split(":")
+    code = "\n".join([
+        "import importlib, os, signal, sys",
+        f"m = importlib.import_module({module!r})",
+        f"real, fired = getattr(m, {function!r}), []",
+        "def at(*args, **kw):",
+        "    if not fired:",
+        "        fired.append(os.kill(os.getpid(), signal.SIGTERM))",
+        "    return real(*args, **kw)",
+        f"setattr(m, {function!r}, at)",
+        "sys.argv[0] = 'deepen-run'",
+        "from deepen_run.cli.run import main",
+        "main()"])
+    return subprocess.run([sys.executable, "-c", code, *isolated(a)], capture_output=True, text=True, timeout=HANG)
+
+
+@pytest.mark.subprocess
+def test_a_signal_while_the_model_is_published_keeps_the_last_step(tmp_path, glue_dir):
+    """Every step trained and recorded, then SIGTERM while the model is published: the last step's
+    checkpoint is kept (not an earlier one, nor none), and resume=auto publishes the same run."""
+    uri, run = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "run"
+    a = [*TINY, "train.max_steps=4", "train.save_best=true", f"data.glue_dir={glue_dir}", f"hydra.run.dir={run}",
+         f"tracking.uri={uri}"]
+    r = signalled_at("deepen_run.serve.publish:publish", *a)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
+    client, (killed,) = runs_of(uri)
+    assert killed.info.status == "KILLED" and "stopped_before_first_step" not in killed.data.tags
+    assert (run / "checkpoints" / "step-4").is_dir() and "checkpoint step-4 kept" in r.stderr, r.stderr[-2000:]
+    done = cli(*a, "resume=auto")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, (again,) = runs_of(uri)
+    assert again.info.run_id == killed.info.run_id and again.info.status == "FINISHED"
+    assert client.search_logged_models([again.info.experiment_id])
+
+
+@pytest.mark.subprocess
+def test_a_run_stopped_before_its_first_step_resumes_into_a_whole_record(tmp_path, glue_dir):
+    """SIGTERM as run.json is written (the run exists, no step yet): KILLED and tagged so; resume=auto
+    runs it from step 0 as the same run, which ends FINISHED without that tag and with its GLUE files."""
+    uri, run = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "run"
+    a = [*TINY, "train.max_steps=4", f"data.glue_dir={glue_dir}", f"hydra.run.dir={run}", f"tracking.uri={uri}"]
+    r = signalled_at("deepen_run.run.checkpoint:write_run_file", *a)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
+    client, (killed,) = runs_of(uri)
+    assert killed.info.status == "KILLED" and killed.data.tags.get("stopped_before_first_step") == "true"
+    done = cli(*a, "resume=auto")
+    assert done.returncode == 0, done.stderr[-3000:]
+    client, (again,) = runs_of(uri)
+    assert again.info.run_id == killed.info.run_id and again.info.status == "FINISHED"
+    assert "stopped_before_first_step" not in again.data.tags
+    assert {d.dataset.name for d in again.inputs.dataset_inputs} == {"rte/train", "rte/dev"}

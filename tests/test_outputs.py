@@ -63,3 +63,11 @@ def test_dry_run_is_named_and_tagged(mlflow_uri, capsys):
     assert r.info.run_name == "tiny-baseline-sst2-s42-dry" and r.data.tags["dry_run"] == "true"
     assert r.info.status == "FINISHED" and not any(k.startswith("eval/") for k in r.data.metrics)
     assert "dry run: sizes and config recorded, no training" in capsys.readouterr().out
+
+
+def test_the_ui_hint_of_a_database_store_masks_its_password():
+    from deepen_run.run.summary import ui_hint
+
+    base, how = ui_hint("postgresql://alice:s3cret@db.example/mlflow")
+    assert "s3cret" not in how and how == "mlflow ui --backend-store-uri 'postgresql://alice:***@db.example/mlflow'"
+    assert ui_hint("sqlite:////tmp/my runs/mlflow.db")[1] == "mlflow ui --backend-store-uri 'sqlite:////tmp/my runs/mlflow.db'"

@@ -88,7 +88,7 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
             save_run_config(home, cfg)  # a resume reads from Hydra's copy (which lacks a sweep job's name)
         tracker.start(run_name(cfg) + ("-dry" if cfg.dry_run else ""),
                       tags_for(cfg) | provenance() | where | (tags or {}), run_id=run_id)
-    status, monitor = "FAILED", None
+    status, monitor, recipe = "FAILED", None, None
     restored = not run_id  # a resume that fails before its checkpoint is back keeps its status
     try:  # from here on, whatever fails (a full disk writing run.json) ends the run
         with signals.deferred():  # run.json names the run before a signal stops it: resume=auto finds it
@@ -101,7 +101,7 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
             tracker.resume()
         public = public_config(cfg)
         tracker.log_params(flatten(public))
-        if not run_id:
+        if not run_id or not tracker.has_inputs():  # a run stopped before it linked its files links them now
             publish.log_data(tracker, cfg, tasks, home)
         tracker.log_text(OmegaConf.to_yaml(public), "config.yaml")
         tracker.log_metrics(sizes, 0)
@@ -128,6 +128,8 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
         return score
     except KeyboardInterrupt as e:
         status = "KILLED"
+        if recipe is not None:  # stopped after the loop (publishing the model): the last step is saved too
+            recipe.saver.on_interrupt()
         checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
         tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"}
                          # no checkpoint: stopped while loading, before its first step (nothing to resume)

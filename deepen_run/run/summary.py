@@ -15,14 +15,16 @@ DEFAULT_STORE = default_store()
 
 
 def ui_hint(uri: str) -> tuple[str, str]:
-    """(UI base URL, how to start it) for a tracking URI."""
-    if uri.startswith("http://") or uri.startswith("https://"):
-        from deepen_run.config.redact import mask_uri
+    """(UI base URL, how to start it) for a tracking URI; never a user:password@'s password."""
+    import shlex
 
-        return mask_uri(uri).rstrip("/"), "the tracking server"  # never a user:password@'s password
+    from deepen_run.config.redact import mask_uri
+
+    if uri.startswith("http://") or uri.startswith("https://"):
+        return mask_uri(uri).rstrip("/"), "the tracking server"
     if uri == DEFAULT_STORE:
         return ui.MAKE_UI, "make ui"  # the spelling make ui serves without the Assistant over the table
-    return ui.DEFAULT_UI, f"mlflow ui --backend-store-uri {uri}"
+    return ui.DEFAULT_UI, f"mlflow ui --backend-store-uri {shlex.quote(mask_uri(uri))}"
 
 
 def store_args(uri: str, experiment: Optional[str] = None, flag: str = "--uri") -> str:

@@ -135,9 +135,13 @@ class Tracker:
         run = self.client.get_run(self.run_id)
         self.logged = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in run.data.metrics}
         self.params_logged = set(run.data.params)
-        for tag in ("error", "interrupted", "resume_error", "sweep_failed"):
+        for tag in ("error", "interrupted", "resume_error", "sweep_failed", "stopped_before_first_step"):
             if tag in run.data.tags:
                 self.client.delete_tag(self.run_id, tag)
+
+    def has_inputs(self) -> bool:
+        """Has this run linked its dataset inputs (the GLUE files)?"""
+        return not self.enabled or bool(self.client.get_run(self.run_id).inputs.dataset_inputs)
 
     def has_run(self, run_id: str) -> bool:
         """Is this run in the store (a resume's run.json may name one of a store since deleted)?"""
