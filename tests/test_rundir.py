@@ -100,6 +100,46 @@ def test_a_second_process_refused_by_the_lock_writes_nothing(tmp_path, glue_dir)
         first.wait(timeout=HANG)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_resume_refused_for_its_dir_leaves_every_record_as_it_was(tmp_path, glue_dir):
+    """resume=auto in a FINISHED run's dir, or in an unfinished run's dir with another config: refused
+    before Hydra rewrites that run's .hydra/ and log. resume=<a live run's dir>: the dir the command
+    made goes, and the line names the fix that applies. In a run dir, a numbered folder is the user's."""
+    import fcntl
+
+    from test_faults import signalled_at
+
+    a = ["backbone=tiny", "task=rte", "train.max_steps=2", "data.max_train_samples=16", "data.max_eval_samples=16",
+         "train.save_best=true", f"data.glue_dir={glue_dir}"]
+    done = tmp_path / "done"
+    assert cli(*a, f"hydra.run.dir={done}").returncode == 0
+    before = snapshot(done)
+    r = cli(*a, f"hydra.run.dir={done}", "resume=auto", "seed=7")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "holds the FINISHED run" in r.stderr, r.stderr
+    assert snapshot(done) == before
+
+    killed = tmp_path / "killed"  # KILLED with its last step's checkpoint
+    assert signalled_at("deepen_run.serve.publish:publish", *a, f"hydra.run.dir={killed}").returncode == 143
+    before = snapshot(killed)
+    r = cli(*a, f"hydra.run.dir={killed}", "resume=auto", "seed=7")
+    assert r.returncode == 2 and "of another config: seed was 42, now 7" in r.stderr, r.stderr
+    assert snapshot(killed) == before
+    with open(killed / ".lock", "a+") as held:  # as a live run holds its dir
+        fcntl.flock(held, fcntl.LOCK_EX)
+        r = cli(*a, f"hydra.run.dir={tmp_path / 'made' / 'new'}", f"resume={killed}")
+    assert r.returncode == 2 and "is in use by another run" in r.stderr, r.stderr
+    assert r.stderr.strip().endswith("one run dir holds one run: wait for that run to end"), r.stderr
+    assert not (tmp_path / "made").exists()
+
+    mine = tmp_path / "mine"
+    (mine / "2024").mkdir(parents=True)
+    (mine / "2024" / "notes.txt").write_text("mine\n")
+    r = cli(*a, f"hydra.run.dir={mine}")
+    assert r.returncode == 2 and "already holds files deepen-run did not make (2024)" in r.stderr, r.stderr
+    assert [str(p.relative_to(mine)) for p in sorted(mine.rglob("*"))] == ["2024", "2024/notes.txt"]
+
+
 @pytest.mark.parametrize("store", [False, True])
 def test_make_clean_removes_only_what_deepen_run_wrote(tmp_path, store):
     from deepen_run.run.clean import clean

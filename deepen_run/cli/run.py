@@ -114,7 +114,7 @@ def checked_run(cfg, tags: dict[str, str] | None = None, signals=None) -> float:
     cfg, home = resume.resolve(cfg)
     folder = home or resume.current_dir()
     # Only rank 0 owns the run dir; the other ranks of a multi-process run share its home.
-    holding = run_dir_lock(folder) if folder is not None and os.environ.get("RANK", "0") == "0" else nullcontext()
+    holding = run_dir_lock(folder, resuming=home is not None) if folder is not None and os.environ.get("RANK", "0") == "0" else nullcontext()
     with holding:
         from omegaconf.errors import InterpolationResolutionError
 

@@ -175,17 +175,19 @@ class DirInUse(UserError):
     """Another live process holds this run dir (its files must not be touched)."""
 
     @classmethod
-    def for_dir(cls, folder: Path) -> "DirInUse":
+    def for_dir(cls, folder: Path, resuming: bool = False) -> "DirInUse":
         try:
             holder = (folder / LOCK).read_text().strip() or "?"
         except OSError:
             holder = "?"
-        return cls(f"run dir {folder} is in use by another run (pid host: {holder}); one run dir holds one "
-                   "run: pass another hydra.run.dir, or wait for that run to end")
+        fix = "wait for that run to end" if resuming else "pass another hydra.run.dir, or wait for that run to end"
+        error = cls(f"run dir {folder} is in use by another run (pid host: {holder}); one run dir holds one run: {fix}")
+        error.folder = folder  # whose dir it is: the command's own is not cleaned up (rundir.RunDirGuard)
+        return error
 
 
 @contextmanager
-def run_dir_lock(folder: Path):
+def run_dir_lock(folder: Path, resuming: bool = False):
     """One run dir holds one run: an exclusive flock on <dir>/.lock for the run's life. The kernel
     drops it when the process dies, however it dies, so a stale lock never blocks a resume. The file
     is removed when the run ends; a process that locked a file already unlinked by its holder would
@@ -199,7 +201,7 @@ def run_dir_lock(folder: Path):
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.close()
-            raise DirInUse.for_dir(folder) from None
+            raise DirInUse.for_dir(folder, resuming) from None
         try:
             if os.stat(folder / LOCK).st_ino == os.fstat(f.fileno()).st_ino:
                 break

@@ -117,6 +117,17 @@ def check_free(here: Optional[Path]) -> None:
                         "continue it with resume=auto (same config), or pass another hydra.run.dir")
 
 
+def check_dir(cfg, here: Path) -> None:
+    """What `resolve` refuses about the command's own run dir, asked before Hydra rewrites its `.hydra/`
+    and log (run/rundir.py): a new run in another run's dir, any resume in a FINISHED run's dir,
+    resume=auto there with another config."""
+    want, status = wanted(OmegaConf.select(cfg, "resume")), read_run_file(here).get("status")
+    if want is None or status == "FINISHED":
+        check_free(here)
+    elif want == "auto" and status is not None and not in_use(here):
+        _same_config(cfg, here)
+
+
 def _in_sweep() -> bool:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode

@@ -47,7 +47,8 @@ def foreign_entries(folder: Path, records: tuple[str, ...]) -> list[str]:
         return [folder.name]
     if any(n in names for n in records):
         return []
-    return [n for n in names if n not in OURS and not n.endswith(".log") and not n.isdigit()]
+    jobs = records == SWEEP_RECORDS  # a sweep dir's numbered folders are its jobs'; in a run dir they are not ours
+    return [n for n in names if n not in OURS and not n.endswith(".log") and not (jobs and n.isdigit())]
 
 
 def _refuse(key: str, folder: Path, names: list[str]) -> None:
@@ -115,13 +116,12 @@ class RunDirGuard(Callback):
         if in_use(folder):
             fail(str(DirInUse.for_dir(folder)), 2)
         from deepen_run.errors import UserError
-        from deepen_run.run.resume import check_free, wanted
+        from deepen_run.run.resume import check_dir
 
-        if wanted(OmegaConf.select(config, "resume")) is None:
-            try:  # a new run in another run's dir: refused before Hydra rewrites that run's .hydra/ and log
-                check_free(folder)
-            except UserError as e:
-                fail_with(e)
+        try:  # another run's dir: refused before Hydra rewrites that run's .hydra/ and log
+            check_dir(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), folder)
+        except UserError as e:
+            fail_with(e)
         self.listing = Listing(folder)
 
     def on_run_end(self, config, job_return=None, **kwargs: Any) -> None:
@@ -136,7 +136,7 @@ class RunDirGuard(Callback):
         folder = self.listing.folder if self.listing is not None else None
         # Not ours to clean: another live run owns the dir (it may have made it as we started), or an
         # MLflow run exists (run.json): its dir is a record.
-        if folder is not None and not isinstance(error, DirInUse) and not in_use(folder) \
+        if folder is not None and not (isinstance(error, DirInUse) and error.folder == folder) and not in_use(folder) \
                 and not (folder / RUN_FILE).exists():
             self.listing.remove_created()
         fail_with(error)  # one line and the exit code now: Hydra would add a line of its own
