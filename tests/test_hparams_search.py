@@ -23,3 +23,22 @@ def test_optuna_search_runs_trials_as_children(glue_dir, mlflow_uri, tmp_path):
     best = yaml.safe_load(open(client.download_artifacts(parent.info.run_id, "optimization_results.yaml")))
     assert best["best_value"] == max(t.data.metrics["eval/score"] for t in trials)
     assert parent.data.metrics["sweep/best_score"] == best["best_value"]
+
+
+def test_a_failed_trial_is_an_optuna_fail_and_the_search_goes_on(glue_dir, mlflow_uri, tmp_path):
+    """Trial 1 diverges (learning rate 1e12: a NaN loss, a FAILED child); trial 2 still runs and
+    finishes (sampler seed 3 draws them in that order). A bad fixed value fails no trial: one line."""
+    a = ["hparams_search=lr", "train.learning_rate=choice(1e-4,1e12)", "hydra.sweeper.sampler.seed=3",
+         "hydra.sweeper.n_trials=2", "task=rte", "backbone=tiny", "train.max_steps=3", "data.max_train_samples=32",
+         "data.max_eval_samples=32", f"data.glue_dir={glue_dir}", f"tracking.uri={mlflow_uri}"]
+    r = cli(*a, f"hydra.sweep.dir={tmp_path}/sweep")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    client, runs = runs_of(mlflow_uri)
+    (parent,) = [x for x in runs if x.data.tags.get("sweep_role") == "parent"]
+    trials = sorted((x for x in runs if x.data.tags.get("sweep_role") == "child"), key=lambda x: x.data.tags["sweep_job"])
+    assert [t.info.status for t in trials] == ["FAILED", "FINISHED"] and parent.info.status == "FAILED"
+    assert float(trials[0].data.params["train.learning_rate"]) == 1e12
+    r = cli(*a, "data.max_seq_length=4", f"hydra.sweep.dir={tmp_path}/bad")
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr[-3000:]
+    assert "the sweep's fixed overrides" in r.stderr and "data.max_seq_length=4" in r.stderr
+    assert len(runs_of(mlflow_uri)[1]) == 3  # no parent, no child: nothing was launched

@@ -70,7 +70,7 @@ def _task(cfg) -> float:
     job = current_job()
     with copied_to_log():  # the run dir's log holds what the run printed
         if job is not None:
-            return job.run(cfg, checked_run)  # a failing job returns NaN so the sweep goes on
+            return job.run(cfg, checked_run)  # a failing job returns None (jobs.NO_SCORE): the sweep goes on
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 

@@ -4,9 +4,10 @@ Jobs run wherever the launcher puts them (this process, joblib's loky workers, s
 SLURM nodes). A file in the sweep dir is the one channel all of them share: each job reads the
 sweep's identity from <sweep dir>/deepen_sweep.json and writes its start and its outcome to
 <sweep dir>/deepen_jobs/<num>.start.json and <num>.json, which the launching process watches
-(progress lines) and counts when it closes the parent run. A failing job returns NaN instead of
-raising: Hydra's sweepers stop at the first exception, and the other jobs must go on (Optuna
-counts a NaN as a failed trial).
+(progress lines) and counts when it closes the parent run. A job that did not finish returns None
+(NO_SCORE) instead of raising: Hydra's sweepers stop at the first exception, and the other jobs must
+go on. Not NaN: Optuna's study.tell raises on NaN, out of the sweeper; a value that is no float
+is an Optuna FAIL trial, and the search goes on.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from deepen_run.run.rundir import JOBS_DIR, SWEEP_FILE  # noqa: F401 (the sweep 
 from deepen_run.sweep.outcomes import start_line, write_json
 from deepen_run.util import first_line as _one_line
 
+NO_SCORE = None  # what a job returns that has no score (failed, killed, never started)
 STOP_FILE = "STOP"  # written by a launcher stopped by a signal: jobs not started yet do not start
 
 
@@ -53,13 +55,13 @@ class SweepJob:
         return [f"{short(k)}={shown(v)}" for k, v in job_values(self.info, self.overrides)
                 if k not in (*STANDARD, "task.names")]
 
-    def run(self, cfg, run_fn: Callable[..., float]) -> float:
+    def run(self, cfg, run_fn: Callable[..., float]) -> Optional[float]:
         from deepen_run.run.resume import current_dir
         from deepen_run.run.runner import RunKilled, run_name
 
         t0 = time.time()
         if (self.jobs / STOP_FILE).exists():
-            return float("nan")  # the sweep was stopped by a signal before this job began: it stays pending
+            return NO_SCORE  # the sweep was stopped by a signal before this job began: it stays pending
         if not cfg.tracking.run_name:
             from omegaconf import OmegaConf
 
@@ -72,7 +74,7 @@ class SweepJob:
         kept = self._kept(cfg, current_dir())
         if kept is not None:  # FINISHED by an earlier attempt of this sweep: counted, not trained again
             write_json(self.jobs / f"{self.num}.json", kept | {"name": name})
-            return kept["score"]
+            return kept["score"] if kept["score"] == kept["score"] else NO_SCORE
         launcher = self.info.get("launcher_pid")
         # From the job's start: a signal while it loads ends it KILLED too. In a worker of the launcher a
         # repeated signal is the launcher's copy of the first (lifecycle.SignalGuard).
@@ -100,7 +102,7 @@ class SweepJob:
                 traceback.print_exc()
             print(f"deepen-run: error: job {self.num + 1}: {line}", file=sys.stderr)
             self._failed_child(cfg, name, line)
-            score, outcome = float("nan"), {"status": "FAILED", "name": name, "error": line}
+            score, outcome = NO_SCORE, {"status": "FAILED", "name": name, "error": line}
         finally:
             if watchdog is not None:
                 watchdog.busy.clear()
@@ -113,10 +115,10 @@ class SweepJob:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         if stopped is not None:
             if self._stopped_by_launcher():
-                return float("nan")  # recorded KILLED; raised, joblib would kill the other workers mid-save
+                return NO_SCORE  # recorded KILLED; raised, joblib would kill the other workers mid-save
             pass_on(getattr(stopped, "signum", 2))  # submitit: requeue; basic launcher: stop the sweep
             raise stopped
-        return score
+        return score if score == score else NO_SCORE  # NaN (undefined): no score
 
     def _stopped_by_launcher(self, wait_s: float = 10.0) -> bool:
         """Is this job in a worker process of a launcher that is stopping the sweep (its stop file)?
