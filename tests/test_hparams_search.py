@@ -42,3 +42,9 @@ def test_a_failed_trial_is_an_optuna_fail_and_the_search_goes_on(glue_dir, mlflo
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr[-3000:]
     assert "the sweep's fixed overrides" in r.stderr and "data.max_seq_length=4" in r.stderr
     assert len(runs_of(mlflow_uri)[1]) == 3  # no parent, no child: nothing was launched
+    # Every trial failed: Optuna's sweeper raises at its end (no best trial), and the parent says FAILED,
+    # not KILLED with a resume hint (there is nothing to continue).
+    r = cli(*[x.replace("choice(1e-4,1e12)", "choice(1e12)") for x in a], f"hydra.sweep.dir={tmp_path}/all")
+    assert r.returncode == 1 and "No trials are completed yet" in r.stderr and "resume=auto" not in r.stderr
+    parents = [x for x in runs_of(mlflow_uri)[1] if x.data.tags.get("sweep_role") == "parent"]
+    assert sorted(x.info.status for x in parents) == ["FAILED", "FAILED"]

@@ -54,7 +54,7 @@ class Launch:
     def begin(self) -> "Launch":
         self.counts.log()  # every job pending (or kept) before the first one starts
         self.watcher.start()
-        atexit.register(self.close, interrupted=True)
+        atexit.register(self.at_exit)
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
                 signal.signal(sig, self.on_signal)
@@ -120,6 +120,12 @@ class Launch:
         ended = read_outcomes(self.dir)
         return {k: s["pid"] for k, s in read_starts(self.dir).items()
                 if k not in ended and s.get("pid") and s["pid"] != os.getpid() and alive(s["pid"])}
+
+    def at_exit(self) -> None:
+        """The process ends without on_multirun_end (a signal, or the sweeper raised): KILLED, to be
+        resumed, unless every job had ended and no signal came (Optuna's end when every trial failed)."""
+        c = self.counts.update(read_outcomes(self.dir), read_starts(self.dir))
+        self.close(interrupted=self.signum is not None or c.n == 0 or c.pending > 0 or c.killed > 0)
 
     def close(self, interrupted: bool) -> int:
         """End the parent run; returns the number of jobs that did not finish."""
