@@ -165,3 +165,23 @@ def test_empty_delta_says_why(mlflow_uri):
         log_run(mlflow_uri, ["method=hire", "task=rte", "backbone=tiny", f"seed={seed}"], rte(acc))
     md = report.to_markdown(report.build(find_runs(mlflow_uri, EXP)))
     assert "| - (no baseline row) |" in md and "+arm=baseline,hire_g1,hire_g2" in md
+
+
+def test_the_swept_values_are_what_ran_and_the_command_pastes():
+    """A study preset's grid narrowed on the command line (`task=rte seed=1,2` over its sweeper params):
+    the command line's values are the sweep's, as Hydra applies them; the note's command, split as a
+    shell splits it, is the command line again (a value with a space included), less the sweep dir."""
+    import shlex
+
+    from omegaconf import OmegaConf
+
+    from deepen_run.sweep.callback import sweep_params
+
+    task = ["+study=cpu_single", "task=rte", "seed=1,2", "tracking.experiment=my exp"]
+    hydra = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.sweep.dir=/tmp/s", "hydra.mode=MULTIRUN"]
+    config = OmegaConf.create({"hydra": {"overrides": {"task": task, "hydra": hydra},
+                                         "sweeper": {"params": {"task": "cola,rte", "seed": "1,2,3"}}}})
+    params = sweep_params(config)
+    assert params["task"] == "rte" and params["seed"] == "1,2"
+    assert sweep_summary.swept(params) == {"seed": "1,2"}
+    assert shlex.split(sweep_summary.command(params)) == ["deepen-run", "-m", *task, *hydra[:2]]

@@ -12,6 +12,7 @@ continued with resume=auto (deepen_run/sweep/resume.py).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 import uuid
@@ -43,11 +44,11 @@ def sweep_params(config) -> dict[str, str]:
     task = [str(o) for o in config.hydra.overrides.task]
     space = [f"{k}={v}" for k, v in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items()]
     out = {}
-    for o in task + space:
+    for o in space + task:  # the command line's value of a key wins over the preset's, as in Hydra
         key, _, value = o.partition("=")
         out[key.lstrip("+~")] = value
-    out["sweep.overrides"] = " ".join(task)
-    out["sweep.hydra_overrides"] = " ".join(str(o) for o in config.hydra.overrides.hydra)
+    out["sweep.overrides"] = shlex.join(task)  # quoted as a shell takes them: the note's command pastes
+    out["sweep.hydra_overrides"] = shlex.join(str(o) for o in config.hydra.overrides.hydra)
     return out
 
 

@@ -148,7 +148,17 @@ def note(info: dict, children: list[dict], table_md: Optional[str], state: str, 
                   f"eval/score against the swept keys: artifact `{FIGURE}`."]
     else:
         lines.append("No finished job yet: the results table appears here as jobs finish.")
-    return "\n".join(lines + ["", f"Command: `deepen-run -m {info['params'].get('sweep.overrides', '')}`"])
+    return "\n".join(lines + ["", f"Command: `{command(info['params'])}`"])
+
+
+def command(params: dict[str, str]) -> str:
+    """The sweep's command, to paste: its overrides and Hydra's (launcher, sweeper), without the sweep
+    dir (pasted, it starts a new sweep; resume=auto with hydra.sweep.dir continues this one)."""
+    import shlex
+
+    hydra = [o for o in shlex.split(params.get("sweep.hydra_overrides", ""))
+             if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
+    return shlex.join(["deepen-run", "-m", *shlex.split(params.get("sweep.overrides", "")), *hydra])
 
 
 def _store_args(info: dict) -> str:
