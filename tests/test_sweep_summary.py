@@ -81,14 +81,14 @@ def test_the_parent_answers_the_sweep(arm_sweep, capsys):
         ["metrics.`eval/score`", "tags.`arm`", "tags.`seed`"]
 
 
-def _child(tracker_uri, sweep_id, parent_id, seed, gru, acc):
+def _child(tracker_uri, sweep_id, parent_id, seed, gru, acc, job=None, status="FINISHED"):
     t = Tracker(tracker_uri, "deepen-run")
     t.start(f"c{seed}{gru}", {"mlflow.parentRunId": parent_id, "sweep_id": sweep_id, "sweep_role": "child",
                               "task": "rte", "method": "hire", "backbone": "tiny", "seed": str(seed),
-                              "method.gru_layers": str(gru)})
+                              "method.gru_layers": str(gru)} | ({"sweep_job": str(job)} if job is not None else {}))
     t.log_params({"method.name": "hire", "backbone.name": "tiny", "method.gru_layers": gru, "seed": seed})
     t.log_metrics({"eval/rte/accuracy": acc, "eval/score": acc}, 1)
-    t.end("FINISHED")
+    t.end(status)
 
 
 def test_the_note_follows_the_children_as_they_finish(mlflow_uri, tmp_path):
@@ -185,3 +185,24 @@ def test_the_swept_values_are_what_ran_and_the_command_pastes():
     assert params["task"] == "rte" and params["seed"] == "1,2"
     assert sweep_summary.swept(params) == {"seed": "1,2"}
     assert shlex.split(sweep_summary.command(params)) == ["deepen-run", "-m", *task, *hydra[:2]]
+
+
+def test_a_job_run_again_by_a_resume_counts_once(mlflow_uri):
+    """Job 2 FAILED, then the resumed sweep ran it again and it FINISHED: the note says 2 of 2 finished
+    and none failed, and the compare link lists the two runs that stand, not the superseded one."""
+    params = {"seed": "1,2", "sweep.overrides": "seed=1,2"}
+    tracker = Tracker(mlflow_uri, "deepen-run")
+    parent = tracker.start("p", {"sweep_id": "s2", "sweep_role": "parent"})
+    info = {"sweep_id": "s2", "parent_run_id": parent, "uri": mlflow_uri, "experiment": "deepen-run", "n_jobs": 2,
+            "params": params}
+    _child(mlflow_uri, "s2", parent, 1, 1, 0.5, job=0)
+    _child(mlflow_uri, "s2", parent, 2, 1, 0.0, job=1, status="FAILED")
+    _child(mlflow_uri, "s2", parent, 2, 1, 0.6, job=1)
+    sweep_summary.update(info, tracker, "FINISHED")
+    note = tracker.client.get_run(parent).data.tags[sweep_summary.NOTE]
+    assert "2 of 2 jobs finished, 0 failed or killed" in note, note
+    standing = [r["run_id"] for r in sweep_summary.current_children(info)]
+    everyone = [r["run_id"] for r in find_runs(mlflow_uri, "deepen-run", {"sweep_id": "s2", "sweep_role": "child"})]
+    assert len(standing) == 2 and standing == [everyone[0], everyone[2]]
+    link = sweep_summary.links(info, tracker).splitlines()[0]
+    assert everyone[2] in link and everyone[1] not in link

@@ -167,13 +167,20 @@ def _store_args(info: dict) -> str:
     return store_args(info["uri"], info["experiment"])
 
 
+def current_children(info: dict) -> list[dict]:
+    """The sweep's children, one a job: a job a resume ran again (its earlier run FAILED) by its
+    newest run, so the note, its counts and the compare link see the sweep as it now stands."""
+    from deepen_run.tracking.store import find_runs
+
+    runs = find_runs(info["uri"], info["experiment"], {"sweep_id": info["sweep_id"], "sweep_role": "child"})
+    return list({r["tags"].get("sweep_job", r["run_id"]): r for r in runs}.values())  # oldest first: newest wins
+
+
 def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
     """Rebuild the note and the figure from the store; returns the report table (None without rows)."""
     from deepen_run.report import main as report
-    from deepen_run.tracking.store import find_runs
 
-    runs = find_runs(info["uri"], info["experiment"], {"sweep_id": info["sweep_id"]})
-    children = [r for r in runs if r["tags"].get("sweep_role") == "child"]
+    children = current_children(info)
     table = report.build([r for r in children if r["status"] == "FINISHED"])
     md = report.to_markdown(table) if table["rows"] else None
     tracker.set_tags({NOTE: note(info, children, md, state, table["tasks"])})
@@ -248,10 +255,9 @@ def compare_url(base: str, experiment_id: str, run_ids: list[str]) -> str:
 def links(info: dict, tracker) -> str:
     from deepen_run.tracking import ui
     from deepen_run.run.summary import ui_hint
-    from deepen_run.tracking.store import find_runs
 
     base, how = ui_hint(info["uri"])
-    runs = find_runs(info["uri"], info["experiment"], {"sweep_id": info["sweep_id"], "sweep_role": "child"})
+    runs = current_children(info)
     exp = tracker.experiment_id
     return "\n".join([
         f"  compare the children  {compare_url(base, exp, [r['run_id'] for r in runs])}  ({how})",
