@@ -152,3 +152,19 @@ def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir, c
         elif status == "KILLED":
             assert any(ln.startswith(f"  job {k + 1} ") and ": KILLED" in ln for ln in out.splitlines()), out
     resume_and_check(tmp_path, args, finished)
+
+
+def test_a_resume_may_type_the_overrides_in_another_order_but_keeps_each_jobs_number(tmp_path):
+    """Job k continues in run dir k: `task=rte seed=1,2` resumes `seed=1,2 task=rte` (every job the same),
+    while `lr=a,b seed=1,2` for `seed=1,2 lr=a,b` would hand job 1's dir to another job: refused, saying so."""
+    from deepen_run.errors import UserError
+    from deepen_run.sweep.resume import check_same
+
+    old = {"sweep_id": "s", "parent_run_id": "p", "params": {"seed": "1,2", "task": "rte"},
+           "jobs": [["seed=1", "task=rte"], ["seed=2", "task=rte"]]}
+    check_same(old, {"task": "rte", "seed": "1,2"}, [["task=rte", "seed=1"], ["task=rte", "seed=2"]], tmp_path, True)
+    grid = [["seed=1", "lr=a"], ["seed=1", "lr=b"], ["seed=2", "lr=a"], ["seed=2", "lr=b"]]
+    old = {"sweep_id": "s", "parent_run_id": "p", "params": {"seed": "1,2", "lr": "a,b"}, "jobs": grid}
+    with pytest.raises(UserError, match="the same jobs in another order"):
+        check_same(old, {"lr": "a,b", "seed": "1,2"}, [[f"lr={x}", f"seed={s}"] for x in "ab" for s in "12"],
+                   tmp_path, True)

@@ -46,11 +46,14 @@ def check_same(old: dict, params: dict, jobs: Optional[list[list[str]]], sweep_d
     if not resume:
         raise UserError(f"{where}; continue it with the same command plus resume=auto, or pass another "
                         "hydra.sweep.dir for a new sweep")
-    same = old.get("jobs") == jobs if jobs is not None and old.get("jobs") is not None else \
-        not _differs(old.get("params", {}), params)
+    # Job k is the same job if it has the same overrides, in whatever order they were typed.
+    then, now = ([sorted(j) for j in js] if js is not None else None for js in (old.get("jobs"), jobs))
+    same = then == now if then is not None and now is not None else not _differs(old.get("params", {}), params)
     if not same:
-        what = _differs(old.get("params", {}), params) or \
-            f"{len(old.get('jobs') or [])} jobs then, {len(jobs or [])} now (their overrides differ)"
+        what = _differs(old.get("params", {}), params) or (
+            "the same jobs in another order, job k's run dir would hold another job's run: give the swept keys "
+            "in their first order" if then is not None and now is not None and sorted(then) == sorted(now) else
+            f"{len(old.get('jobs') or [])} jobs then, {len(jobs or [])} now (their overrides differ)")
         raise UserError(f"resume: {where} with other jobs ({what}); a resumed sweep keeps its jobs: drop the "
                         "change, or pass another hydra.sweep.dir for a new sweep")
 
