@@ -193,7 +193,7 @@ def test_the_end_of_run_predict_hint_works_as_printed(pals):
     "this model has 2 tasks"), and a pair for a pair task."""
     import shlex
 
-    from deepen_run.run.summary import predict_args
+    from deepen_run.serve.table import predict_args
 
     (hint,) = re.findall(r"\(deepen-predict --run (\S+) (.*?); docs/use-a-model.md\)", pals.out)
     # the test's own store, not the default one: the hint names it (it once did not)
@@ -313,9 +313,42 @@ def test_bad_input_is_one_line_and_exit_2(no_weights, pals, tmp_path):
         (("predict", "--run", str(pals.run_dir), "--task", "sst2", "--device", "foo", "x"), "device 'foo' is not usable"),
         (("predict", "--run", str(pals.run_dir), "--task", "sst2", "--device", "cuda:99", "x"),
          "device 'cuda:99' is not usable"),
+        # refused before the model runs, not after (its predictions lost to a traceback)
+        (("predict", "--run", str(pals.run_dir), "--task", "sst2", "--out", str(user), "x"), "is a folder; name a file"),
+        (("predict", "--run", str(pals.run_dir), "--task", "sst2", "--out", str(user / "notes.txt" / "p.tsv"), "x"),
+         "is a file, not a folder"),
+        (("export", str(pals.run_dir), str(user / "notes.txt" / "sub")), "is a file, not a folder"),
     ]
     for args, culprit in cases:
         r = tool(*args)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and culprit in lines[0], (args, r.stderr[-2000:])
     assert (user / "notes.txt").read_text() == "keep me" and len(list(user.iterdir())) == 1
+
+
+def test_an_export_into_the_current_folder_truncates_as_its_run_and_predicts_nothing_from_nothing(tmp_path,
+                                                                                                  monkeypatch):
+    """`deepen-export RUN .` from an empty folder; transformers' tokenizer of the export cuts at the run's
+    data.max_seq_length (64), not the backbone's 512, so a long input gets the run's logits; an empty
+    list of texts predicts an empty list."""
+    import deepen_run
+    from deepen_run.serve.export import export
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    src = tiny_bundle(tmp_path / "model")
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    dest, hf_class = export(src, Path("."))
+    assert dest == here and hf_class and (here / "model.safetensors").is_file()
+    tok = AutoTokenizer.from_pretrained(here)
+    assert tok.model_max_length == 64
+    long_text = " ".join(["a gorgeous, witty, seductive film"] * 30)
+    m = deepen_run.load(here, device="cpu")
+    m.precision = "no"
+    ours, _ = m.forward([long_text])
+    with torch.no_grad():
+        theirs = AutoModelForSequenceClassification.from_pretrained(here).eval()(**tok([long_text], truncation=True,
+                                                                                       return_tensors="pt")).logits
+    assert (theirs - ours).abs().max() < 1e-5
+    assert m.predict([]) == []

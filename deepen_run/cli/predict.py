@@ -60,10 +60,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         elif not texts:
             if sys.stdin.isatty():
                 raise UserError("no input: give sentences, --pair A B, --tsv FILE, or lines on stdin")
-            texts = table.from_lines(sys.stdin)
+            texts = table.read_stdin(sys.stdin.buffer)
         if not texts:
             raise UserError(f"no input: {a.tsv or 'stdin'} holds no rows to predict")
         split_inputs(texts, spec)  # a pair for a one-sentence task: refused before the weights load
+        table.check_out(a.out)
         if a.batch_size is not None and a.batch_size <= 0:
             raise UserError(f"--batch-size {a.batch_size} must be positive")
         if a.device is not None:

@@ -101,7 +101,7 @@ def read_tsv(path: Path, spec: TaskSpec, labelled: bool) -> dict[str, list]:
             if header is None:
                 raise UserError(f"{path}: the file is empty")
             width = len(header)
-            a, b, lab = spec.tsv_cols if labelled else (*_test_cols(spec), None)
+            a, b, lab = spec.tsv_cols if labelled else (*unlabelled_columns(spec), None)
             try:
                 ia = header.index(a) if isinstance(a, str) else a
                 ib = header.index(b) if b is not None else None
@@ -124,7 +124,8 @@ def read_tsv(path: Path, spec: TaskSpec, labelled: bool) -> dict[str, list]:
     return cols
 
 
-def _test_cols(spec: TaskSpec):
+def unlabelled_columns(spec: TaskSpec):
+    """The text columns of the task's test.tsv, by name (CoLA's test file has a header, its train and dev none)."""
     if spec.name == "cola":
         return "sentence", None
     if spec.name == "mrpc":

@@ -31,6 +31,10 @@ def best_run(runs: list[dict], row: dict) -> dict:
     mine = [r for r in mine if not math.isnan(r["metrics"].get("eval/score", math.nan))]
     if not mine:
         raise UserError(f"row {row['id']} has no run that kept its weights (runs keep them with train.save_best=true)")
+    tasks = sorted({r["tags"].get("task", "?") for r in mine})
+    if len(tasks) > 1:  # eval/score of a CoLA model and of an STS-B model are not one scale
+        raise UserError(f"row {row['id']} holds models of {len(tasks)} tasks ({', '.join(tasks)}), whose eval/score "
+                        "do not compare: pick one with --tag task=<name>")
     return max(mine, key=lambda r: r["metrics"]["eval/score"])
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
 
+from deepen_run.serve.table import predict_args
 from deepen_run.tracking import ui
 from deepen_run.config.schema import default_store
 
@@ -70,18 +71,6 @@ def text(tracker, home: Optional[Path], status: str) -> str:
     lines.append(f"  artifacts     {local_path(run.info.artifact_uri)}  ({', '.join(names)})")
     lines.append(f"  MLflow UI     {ui.run_url(base, tracker.experiment_id, tracker.run_id)}  ({how})")
     return "\n".join(lines)
-
-
-def predict_args(tasks: str) -> str:
-    """What deepen-predict needs after --run for this model: --task when it has several, a pair for
-    a pair task (what it refuses otherwise)."""
-    from deepen_run.data.glue import TASKS
-
-    names = [t for t in tasks.split("+") if t in TASKS]
-    if not names:
-        return '"a sentence"'
-    which = f"--task {names[0]} " if len(names) > 1 else ""
-    return which + ('--pair "a sentence" "another"' if TASKS[names[0]].text_b else '"a sentence"')
 
 
 def show(tracker, home: Optional[Path], status: str) -> None:

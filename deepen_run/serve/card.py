@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Optional
 
+from deepen_run.serve.table import predict_args
+
 SETTINGS = ("backbone.path", "backbone.duplicate_layers", "backbone.duplicate_init", "task.names", "schedule.name",
             "train.learning_rate", "train.batch_size", "train.max_steps", "train.num_epochs", "train.model_selection",
-            "data.max_seq_length", "data.max_train_samples", "data.train_fraction", "seed")
+            "data.max_seq_length", "data.max_train_samples", "data.train_fraction", "data.max_eval_samples", "seed")
 
 
 def _get(cfg, dotted: str):
@@ -53,7 +55,7 @@ def text(cfg, info: dict, hf_class: Optional[str], why_not: Optional[str]) -> st
         lines += [f"With deepen-run only: {why_not}, so transformers' Auto classes cannot hold it.", ""]
     lines += ["```python", "import deepen_run", "m = deepen_run.load(FOLDER)",
               f"m.predict([...], task={info['tasks'][0]!r})  # labels, probabilities (STS-B: the score)", "```", "",
-              "or `deepen-predict --run FOLDER \"a sentence\"`. The folder's config.yaml holds the run's whole "
+              f"or `deepen-predict --run FOLDER {predict_args('+'.join(info['tasks']))}`. The folder's config.yaml holds the run's whole "
               "config; deepen_run.json says what the weights are.", "", "## Training settings", "",
               "| key | value |", "|---|---|"]
     for key in SETTINGS:
@@ -61,7 +63,10 @@ def text(cfg, info: dict, hf_class: Optional[str], why_not: Optional[str]) -> st
         if value is not None:
             shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
             lines.append(f"| {key} | {shown} |")
-    lines += ["", "## Dev scores", "", "| metric | value |", "|---|---|"]
+    cut = _get(cfg, "data.max_eval_samples")
+    lines += ["", "## Dev scores", ""] + \
+        ([f"On a seeded {cut} examples of each dev set (data.max_eval_samples), not the whole set.", ""] if cut else []) + \
+        ["| metric | value |", "|---|---|"]
     lines += [f"| {k} | {v:.4f} |" for k, v in info.get("scores", {}).items()] or ["| (none recorded) | |"]
     lines += ["", "## Citation", ""] + [f"- {c}" for c in citation(cfg)] + \
              ["- GLUE: Wang et al. 2018, arXiv 1804.07461", ""]

@@ -18,6 +18,9 @@ def check_target(dest: Path) -> None:
     """A folder with files of its own is never written into; an earlier export is replaced."""
     if dest.exists() and not dest.is_dir():
         raise UserError(f"{dest} is a file; give a folder to export into")
+    parent = next((p for p in dest.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UserError(f"{dest}: {parent} is a file, not a folder")
     if dest.is_dir() and any(dest.iterdir()) and not (dest / bundle.INFO).is_file():
         raise UserError(f"{dest} holds files of its own; export into a new or empty folder")
 
@@ -26,7 +29,7 @@ def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path
     """-> (the folder, the transformers class it loads with, or None: deepen_run.load only)."""
     from deepen_run.serve.loading import build, open_model
 
-    dest = Path(dest)
+    dest = Path(dest).resolve()  # `.` has no name to put the temporary folder beside
     check_target(dest)
     folder, cfg, info = open_model(source, tracking_uri)
     trained = build(folder, cfg, info, device="cpu")
@@ -76,6 +79,8 @@ def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
     if hf_class:
         (tmp / bundle.INFO).write_text(json.dumps(json.loads((tmp / bundle.INFO).read_text()) | {"weights": "hf"},
                                                   indent=1))
+    # The run's length limit, not the backbone's: transformers then truncates as the run did.
+    trained.tokenizer.model_max_length = cfg.data.max_seq_length
     trained.tokenizer.save_pretrained(str(tmp))
     (tmp / "README.md").write_text(card.text(cfg, info, hf_class, why))
     return hf_class

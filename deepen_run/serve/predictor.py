@@ -75,6 +75,8 @@ class TrainedModel:
 
         spec = self.spec(task)
         a, b = split_inputs(texts, spec)
+        if not a:  # nothing to tokenize (datasets builds no columns from empty lists)
+            return torch.zeros(0, spec.num_labels), {}
         cols = {"text_a": a} | ({"text_b": b} if b is not None else {})
         datasets.disable_progress_bars()
         ds = gd.tokenize(datasets.Dataset.from_dict(cols), self.tokenizer, self.cfg.data.max_seq_length, None,
@@ -88,9 +90,7 @@ class TrainedModel:
             logits.append(out.logits.float().cpu())
             for k, v in out.extras.items():
                 extras.setdefault(k, []).append(v.float().cpu())
-        back = torch.argsort(torch.tensor(loader.dataset.order)) if len(a) else torch.zeros(0, dtype=torch.long)
-        if not logits:
-            return torch.zeros(0, spec.num_labels), {}
+        back = torch.argsort(torch.tensor(loader.dataset.order))
         return torch.cat(logits)[back], {k: torch.cat(v)[back] for k, v in extras.items()}
 
     def predict(self, texts: Sequence[Text], task: Optional[str] = None,

@@ -34,6 +34,18 @@ def pick_task(tasks: dict, task: Optional[str]):
     return tasks[task]
 
 
+def predict_args(tasks: str) -> str:
+    """What deepen-predict needs after --run for this model: --task when it has several, a pair for
+    a pair task (what it refuses otherwise)."""
+    from deepen_run.data.glue import TASKS
+
+    names = [t for t in tasks.split("+") if t in TASKS]
+    if not names:
+        return '"a sentence"'
+    which = f"--task {names[0]} " if len(names) > 1 else ""
+    return which + ('--pair "a sentence" "another"' if TASKS[names[0]].text_b else '"a sentence"')
+
+
 def split_inputs(texts: Sequence[Text], spec) -> tuple[list[str], Optional[list[str]]]:
     """-> (first sentences, second sentences or None); a pair for a one-sentence task, or one
     sentence for a pair task, is refused naming the first such input."""
@@ -56,6 +68,25 @@ def split_inputs(texts: Sequence[Text], spec) -> tuple[list[str], Optional[list[
     return a, (b if spec.text_b else None)
 
 
+def read_stdin(stream) -> list:
+    """Lines from a binary stream, UTF-8 (a byte-order mark dropped), as from_lines reads them."""
+    try:
+        return from_lines(stream.read().decode("utf-8-sig").splitlines())
+    except UnicodeDecodeError as e:
+        raise UserError(f"stdin: byte {e.start} is not UTF-8; give UTF-8 text") from None
+
+
+def check_out(out: Optional[Path]) -> None:
+    """--out names a file that can be written: refused before the weights load, not after the model ran."""
+    if out is None:
+        return
+    if out.is_dir():
+        raise UserError(f"--out {out} is a folder; name a file (e.g. {out / 'predictions.tsv'})")
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise UserError(f"--out {out}: {parent} is a file, not a folder")
+
+
 def from_lines(lines: Iterable[str]) -> list:
     """Plain lines: a sentence each, or a tab-separated pair."""
     out = []
@@ -68,30 +99,40 @@ def from_lines(lines: Iterable[str]) -> list:
 
 
 def read_tsv(path: Path, spec) -> tuple[list[int], list]:
-    """-> (idx per row, texts) of a TSV file."""
+    """-> (idx per row, texts) of a TSV file: with a header naming the task's columns (its train/dev or
+    its test file's), or without one: the task's own positions where every row has them (CoLA's
+    dev.tsv), else the first column(s)."""
+    from deepen_run.data.tsv import unlabelled_columns
+
     if not path.is_file():
         raise UserError(f"--tsv {path}: no such file")
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+    try:  # utf-8-sig: a byte-order mark (Excel's, MRPC's dev.tsv) is no part of the first column's name
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+    except UnicodeDecodeError as e:
+        raise UserError(f"--tsv {path}: byte {e.start} is not UTF-8; save the file as UTF-8 text") from None
     if not rows:
         return [], []
-    names = [c for c in spec.tsv_cols[:2] if c is not None]
-    header = rows[0]
-    if names and all(isinstance(c, str) and c in header for c in names):
-        cols = [header.index(c) for c in names]
-        iid = next((header.index(c) for c in INDEX if c in header), None)
-        body = rows[1:]
+    head = rows[0]
+    named = [[c for c in cols[:2] if c is not None] for cols in (spec.tsv_cols, unlabelled_columns(spec))]
+    names = next((n for n in named if n and all(isinstance(c, str) and c in head for c in n)), None)
+    if names:
+        cols, iid, body = [head.index(c) for c in names], next((head.index(c) for c in INDEX if c in head), None), rows[1:]
     else:
-        cols = [c for c in spec.tsv_cols[:2] if isinstance(c, int)] or list(range(2 if spec.text_b else 1))
-        iid, body = None, rows
+        at = [c for c in spec.tsv_cols[:2] if isinstance(c, int)]
+        fits = at and all(len(r) > max(at) for r in rows)
+        cols, iid, body = (at if fits else list(range(2 if spec.text_b else 1))), None, rows
     idx, texts = [], []
     for n, row in enumerate(body):
+        line = n + 1 + (body is not rows)
         if max(cols) >= len(row):
-            raise UserError(f"--tsv {path}: line {n + 1 + (body is not rows)} has {len(row)} columns, "
-                            f"{max(cols) + 1} expected")
+            raise UserError(f"--tsv {path}: line {line} has {len(row)} columns, {max(cols) + 1} expected")
         vals = [row[c] for c in cols]
         texts.append(vals[0] if len(vals) == 1 else tuple(vals))
-        idx.append(int(row[iid]) if iid is not None else n)
+        try:
+            idx.append(int(row[iid]) if iid is not None else n)
+        except ValueError:
+            raise UserError(f"--tsv {path}: line {line}: index {row[iid]!r} is not a whole number") from None
     return idx, texts
 
 
