@@ -260,3 +260,23 @@ def test_a_run_stopped_before_its_first_step_resumes_into_a_whole_record(tmp_pat
     assert again.info.run_id == killed.info.run_id and again.info.status == "FINISHED"
     assert "stopped_before_first_step" not in again.data.tags
     assert {d.dataset.name for d in again.inputs.dataset_inputs} == {"rte/train", "rte/dev"}
+
+
+@pytest.mark.subprocess
+def test_a_signal_between_two_log_lines_resumes_to_the_same_logged_loss(tmp_path, glue_dir):
+    """SIGTERM at step 6 of 10 with log_every=4: the checkpoint of step 6 keeps the loss of steps 5-6,
+    so the resumed run's train/loss at step 8 (and every metric) equals an uninterrupted run's."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    a = [*TINY, "train.max_steps=10", "train.log_every=4", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}"]
+    assert cli(*a, f"hydra.run.dir={tmp_path / 'whole'}", "tracking.experiment=whole").returncode == 0
+    b = [*a, f"hydra.run.dir={tmp_path / 'cut'}", "tracking.experiment=cut"]
+    r = signalled_at("deepen_run.run.bookkeeping:long_run_warning", *b)  # the check after step 6 (1 + TIMED_STEPS)
+    assert r.returncode == 128 + signal.SIGTERM and "checkpoint step-6 kept" in r.stderr, r.stderr[-3000:]
+    assert cli(*b, "resume=auto").returncode == 0
+    (whole,), (cut,) = runs_of(uri, "whole")[1], runs_of(uri, "cut")[1]
+    client = runs_of(uri, "whole")[0]
+    keys = [k for k in whole.data.metrics if k.startswith(("train/loss", "train/lr", "eval/"))]
+    assert "train/loss" in keys and set(keys) <= set(cut.data.metrics)
+    for k in keys:
+        history = [[(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)] for run in (whole, cut)]
+        assert history[0] == history[1], k

@@ -48,8 +48,12 @@ class Bookkeeping:
 
     def __init__(self, r):
         self.r, self.tcfg, self.acc = r, r.cfg.train, r.accelerator
-        self.running = torch.zeros((), device=self.acc.device)  # the loss since the last log line, on the device
-        self.seen = 0
+        # The loss since the last log line, on the device; a checkpoint keeps it (loss_state), so a run
+        # resumed from a step between two log lines logs the loss an uninterrupted run logs.
+        saved = r.saver.extra.get("loss") or {"sum": 0.0, "seen": 0}
+        self.running = torch.tensor(saved["sum"], dtype=torch.float32, device=self.acc.device)
+        self.seen = saved["seen"]
+        r.saver.extra["loss"] = self.loss_state
         self.by_task = TaskLosses()
         # A resumed run logs the sampling probabilities of its epoch only if it starts a new one.
         self.epoch = r.sampler.epoch_of(r.start - 1) if r.start else None
@@ -57,6 +61,10 @@ class Bookkeeping:
         self.step_time = 0.0  # seconds in training steps (forward, backward, update), without logging and evaluation
         self.imports = None  # the metric imports' thread, started after the first step
         self.t_timed = 0.0
+
+    def loss_state(self) -> dict:
+        """What a checkpoint keeps of the running loss (read when one is saved: a host sync then only)."""
+        return {"sum": float(self.running), "seen": self.seen}
 
     def begin(self, step: int) -> float:
         """Before a step: a new epoch's sampling probabilities (multi-task). -> the step's start time."""

@@ -168,7 +168,9 @@ class Checkpointer:
         self.step, self.saved_step = 0, -1
         self.evaluated = None  # the last step whose evaluation is in the state (a resume redoes a missing one)
         self.best, self.best_step = -math.inf, None
-        self.extra: dict = {}  # more of the loop's state to save and restore (early stopping's counter)
+        # More of the loop's state to save and restore (early stopping's counter, the running loss): a
+        # value, or a function that gives it when a checkpoint is written.
+        self.extra: dict = {}
 
     def wrap(self, loaders: dict, seeds: dict) -> dict:
         self.streams = {t: TaskStream(dl, seeds[t]) for t, dl in loaders.items()}
@@ -198,7 +200,8 @@ class Checkpointer:
 
     def _state(self, step: int) -> dict:
         return {"step": step, "consumed": {t: s.consumed for t, s in self.streams.items()},
-                "best_score": self.best, "best_step": self.best_step, "evaluated": self.evaluated, "extra": self.extra}
+                "best_score": self.best, "best_step": self.best_step, "evaluated": self.evaluated,
+                "extra": {k: v() if callable(v) else v for k, v in self.extra.items()}}
 
     def _write(self, final: Path, fill) -> None:
         # Hidden while it fills: a reader that globs checkpoints/step-* (a script, a test) never finds
