@@ -27,7 +27,7 @@ def test_optuna_search_runs_trials_as_children(glue_dir, mlflow_uri, tmp_path):
 
 def test_a_failed_trial_is_an_optuna_fail_and_the_search_goes_on(glue_dir, mlflow_uri, tmp_path):
     """Trial 1 diverges (learning rate 1e12: a NaN loss, a FAILED child); trial 2 still runs and
-    finishes (sampler seed 3 draws them in that order). A bad fixed value fails no trial: one line."""
+    finishes (sampler seed 3 draws them in that order)."""
     a = ["hparams_search=lr", "train.learning_rate=choice(1e-4,1e12)", "hydra.sweeper.sampler.seed=3",
          "hydra.sweeper.n_trials=2", "task=rte", "backbone=tiny", "train.max_steps=3", "data.max_train_samples=32",
          "data.max_eval_samples=32", f"data.glue_dir={glue_dir}", f"tracking.uri={mlflow_uri}"]
@@ -38,10 +38,6 @@ def test_a_failed_trial_is_an_optuna_fail_and_the_search_goes_on(glue_dir, mlflo
     trials = sorted((x for x in runs if x.data.tags.get("sweep_role") == "child"), key=lambda x: x.data.tags["sweep_job"])
     assert [t.info.status for t in trials] == ["FAILED", "FINISHED"] and parent.info.status == "FAILED"
     assert float(trials[0].data.params["train.learning_rate"]) == 1e12
-    r = cli(*a, "data.max_seq_length=4", f"hydra.sweep.dir={tmp_path}/bad")
-    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr[-3000:]
-    assert "the sweep's fixed overrides" in r.stderr and "data.max_seq_length=4" in r.stderr
-    assert len(runs_of(mlflow_uri)[1]) == 3  # no parent, no child: nothing was launched
     # Every trial failed: Optuna's sweeper raises at its end (no best trial), and the parent says FAILED,
     # not KILLED with a resume hint (there is nothing to continue).
     r = cli(*[x.replace("choice(1e-4,1e12)", "choice(1e12)") for x in a], f"hydra.sweep.dir={tmp_path}/all")

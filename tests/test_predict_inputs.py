@@ -29,6 +29,8 @@ def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path):
     f.write_bytes("\ufeffsentence\tlabel\na gorgeous, witty film\t1\ndull and long\t0\n".encode())
     assert table.read_tsv(f, TASKS["sst2"]) == ([0, 1], ["a gorgeous, witty film", "dull and long"])
     assert table.read_stdin(io.BytesIO("\ufeffone\ntwo\tthree\n".encode())) == ["one", ("two", "three")]
+    # Lines end at \n, \r\n or \r only: a form feed or U+2028 inside a sentence keeps it one input.
+    assert table.read_stdin(io.BytesIO("a\u2028b\nform\x0cfeed\r\nx\n".encode())) == ["a\u2028b", "form\x0cfeed", "x"]
 
 
 def test_bad_bytes_indexes_and_out_paths_are_one_line(tmp_path):

@@ -165,6 +165,12 @@ def test_deepen_probe_guards_its_run_dir_as_deepen_run_does(glue_dir, mlflow_uri
     assert r.returncode == 2 and len(lines) == 1 and "notes.txt" in lines[0], r.stderr[-2000:]
     assert lines[0].startswith("deepen-probe: error: hydra.run.dir=")
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    # A job of a -m sweep is refused in one line too (its error comes back through Hydra's sweeper).
+    r = cli("-m", "backbone=tiny", "data.max_train_samples=10", f"data.glue_dir={glue_dir}",
+            f"tracking.uri={mlflow_uri}", prog="deepen-probe")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and lines[-1].startswith("deepen-probe: error: data.max_train_samples=10"), r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
 
 
 @pytest.mark.e2e

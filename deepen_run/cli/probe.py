@@ -25,6 +25,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from deepen_run.config.schema import ROOT, Inputs  # noqa: E402
 from deepen_run.errors import FromRun, UserError  # noqa: E402
+from deepen_run.util import one_line  # noqa: E402
 
 @dataclass
 class ProbeSettings:
@@ -250,11 +251,13 @@ def main() -> None:
 
     try:
         _hydra_main()
+    except UserError as e:  # a -m job's (a single run's is printed by rundir.RunDirGuard)
+        print(f"deepen-probe: error: {one_line(str(e))}", file=sys.stderr)
+        sys.exit(e.exit_code)
     except FromRun as e:
         raise e.error from None
     except (HydraException, OmegaConfBaseException) as e:
         from deepen_run.run.preflight import typo
-        from deepen_run.util import one_line
 
         better = typo(str(e), sys.argv[1:], app="probe")  # a key without + that the schema lacks
         print(f"deepen-probe: error: {better or one_line(str(e))}", file=sys.stderr)

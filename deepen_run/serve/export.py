@@ -40,9 +40,15 @@ def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path
     tmp.mkdir()
     try:
         hf_class = fill(tmp, folder, cfg, info, trained)
-        if dest.exists():
-            shutil.rmtree(dest)  # an earlier export (check_target)
-        tmp.rename(dest)
+        if dest.is_dir() and not any(dest.iterdir()):
+            # An empty folder (the shell's current one, say) keeps its identity: the files move in.
+            for f in tmp.iterdir():
+                f.rename(dest / f.name)
+            tmp.rmdir()
+        else:
+            if dest.exists():
+                shutil.rmtree(dest)  # an earlier export (check_target)
+            tmp.rename(dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -70,8 +70,10 @@ def split_inputs(texts: Sequence[Text], spec) -> tuple[list[str], Optional[list[
 
 def read_stdin(stream) -> list:
     """Lines from a binary stream, UTF-8 (a byte-order mark dropped), as from_lines reads them."""
-    try:
-        return from_lines(stream.read().decode("utf-8-sig").splitlines())
+    import io
+
+    try:  # a text stream splits lines at \n, \r\n and \r only (str.splitlines would at \f, U+2028, ...)
+        return from_lines(io.TextIOWrapper(stream, encoding="utf-8-sig"))
     except UnicodeDecodeError as e:
         raise UserError(f"stdin: byte {e.start} is not UTF-8; give UTF-8 text") from None
 

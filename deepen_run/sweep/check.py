@@ -9,8 +9,10 @@ one line and the sweep stops (exit 2) before its parent run exists.
 
 The pre-flight's data checks parse every TSV row, so they run once per distinct set of inputs
 (everything but seed, train, schedule and tracking); the number checks run for every job. An
-Optuna sweep draws its values as it goes: it cannot be enumerated, so its fixed overrides are
-checked, once, with the searched keys at their defaults (every trial would fail on a bad one).
+Optuna sweep draws its values as it goes: it cannot be enumerated, and only its fixed overrides are
+checked (by the first job, as before). Not before launch, with the searched keys at their defaults: a
+check that ties a fixed key to a searched one (model_selection=best needs eval_every) would refuse a
+search whose every trial is valid.
 """
 from __future__ import annotations
 
@@ -47,19 +49,6 @@ def job_overrides(config) -> Optional[list[list[str]]]:
     return [list(job) for job in itertools.product(*axes.values())]
 
 
-def fixed_overrides(config) -> Optional[list[str]]:
-    """The command line's overrides that are no sweep (what every trial of a sampling sweeper shares),
-    or None when Hydra's parser needs its config loader (glob())."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    task = [str(o) for o in config.hydra.overrides.task]
-    try:
-        parsed = OverridesParser.create().parse_overrides(task)
-    except Exception:  # noqa: BLE001 (as in job_overrides)
-        return None
-    return [o for o, p in zip(task, parsed) if not p.is_sweep_override()]
-
-
 def _swept(job: list[str], jobs: list[list[str]]) -> list[str]:
     """The overrides of this job that differ between jobs: what names it to the user."""
     return [o for i, o in enumerate(job) if len({j[i] for j in jobs}) > 1] or job
@@ -75,8 +64,7 @@ def check_jobs(config) -> Optional[int]:
     """Compose and pre-flight every job; raise UserError naming the first bad one. Returns the
     number of jobs (None when they cannot be enumerated)."""
     jobs = job_overrides(config)
-    fixed = fixed_overrides(config) if jobs is None else None
-    if jobs is None and fixed is None:
+    if jobs is None:
         return None
     from hydra import compose
 
@@ -85,9 +73,8 @@ def check_jobs(config) -> Optional[int]:
 
     name = config.hydra.job.config_name
     seen: set[str] = set()
-    for k, job in enumerate(jobs or [fixed]):
-        which = f"sweep job {k + 1} of {len(jobs)} ({' '.join(_swept(job, jobs))})" if jobs else \
-            "the sweep's fixed overrides (every trial's, the searched keys aside)"
+    for k, job in enumerate(jobs):
+        which = f"sweep job {k + 1} of {len(jobs)} ({' '.join(_swept(job, jobs))})"
         try:
             cfg = compose(config_name=name, overrides=job)
             numbers(cfg)
@@ -101,9 +88,9 @@ def check_jobs(config) -> Optional[int]:
         except UserError as e:
             raise UserError(f"{which}: {_one_line(e)}; nothing was launched") from None
         except Exception as e:  # noqa: BLE001 (Hydra/OmegaConf composition errors: wrong type, unknown key)
-            methods = {o for j in jobs or [fixed] for o in j if o.lstrip("+~").startswith("method=")}
+            methods = {o for j in jobs for o in j if o.lstrip("+~").startswith("method=")}
             better = typo(str(e), job, methods_swept=len(methods) > 1)
             if better is not None:
                 raise UserError(f"{which}: {better}; nothing was launched") from None
             raise UserError(f"{which}: {type(e).__name__}: {_one_line(e)}; nothing was launched") from None
-    return len(jobs) if jobs else None
+    return len(jobs)

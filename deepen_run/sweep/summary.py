@@ -156,9 +156,14 @@ def command(params: dict[str, str]) -> str:
     dir (pasted, it starts a new sweep; resume=auto with hydra.sweep.dir continues this one)."""
     import shlex
 
-    hydra = [o for o in shlex.split(params.get("sweep.hydra_overrides", ""))
-             if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
-    return shlex.join(["deepen-run", "-m", *shlex.split(params.get("sweep.overrides", "")), *hydra])
+    def split(key: str) -> list[str]:
+        try:
+            return shlex.split(params.get(key, ""))
+        except ValueError:  # a sweep recorded before they were quoted, with a lone quote in a value
+            return params.get(key, "").split()
+
+    hydra = [o for o in split("sweep.hydra_overrides") if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
+    return shlex.join(["deepen-run", "-m", *split("sweep.overrides"), *hydra])
 
 
 def _store_args(info: dict) -> str:
