@@ -162,3 +162,21 @@ def test_ctrl_c_of_a_joblib_sweep_ends_every_run_killed(tmp_path, glue_dir):
     assert parent.data.tags["pid"] == str(proc.pid)
     assert children and all(c.info.status == "KILLED" for c in children)
     assert "deepen-run: sweep stopped by SIGINT" in err  # (loky may print a resource_tracker warning after)
+
+
+@pytest.mark.subprocess
+def test_a_bad_value_hydra_finds_after_the_parent_exists_leaves_no_record(tmp_path, glue_dir):
+    """glob() keeps the jobs from being enumerated before launch; Hydra's sweeper then refuses
+    `train.batch_size=abc` while composing them. One error line naming the value, exit 2, no parent
+    run left behind, and the same command, fixed, runs in that sweep dir."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    a = ["-m", "task=glob(rt*)", *[x for x in TINY[1:] if not x.startswith("train.batch_size")],
+         f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep"]
+    r = cli(*a, "train.batch_size=8,abc")
+    assert r.returncode == 2 and "train.batch_size=abc" in r.stderr and "resume=auto" not in r.stderr, r.stderr[-3000:]
+    assert runs_of(uri)[1] == []
+    r = cli(*a, "train.batch_size=8,16")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (parent,), children = (lambda rs: ([x for x in rs if x.data.tags.get("sweep_role") == "parent"],
+                                       [x for x in rs if x.data.tags.get("sweep_role") == "child"]))(runs_of(uri)[1])
+    assert parent.info.status == "FINISHED" and len(children) == 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -28,7 +29,7 @@ from deepen_run.sweep import summary as sweep_summary
 from deepen_run.run.checkpoint import orphan_note
 from deepen_run.run.lifecycle import SIGNALS, Interrupted, alive, reap_orphans
 from deepen_run.sweep.counts import Counts
-from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE
+from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE, SWEEP_FILE
 from deepen_run.sweep.outcomes import read_outcomes, read_starts, watch
 
 GRACE_S = 300  # how long stopped jobs get to save their checkpoint before the parent is closed
@@ -123,9 +124,26 @@ class Launch:
 
     def at_exit(self) -> None:
         """The process ends without on_multirun_end (a signal, or the sweeper raised): KILLED, to be
-        resumed, unless every job had ended and no signal came (Optuna's end when every trial failed)."""
+        resumed, unless every job had ended and no signal came (Optuna's end when every trial failed).
+        A new sweep whose sweeper failed before any job started (a bad value Hydra found composing the
+        jobs, which check.py could not enumerate: glob()) leaves nothing: the error line says why."""
+        if self.closed:
+            return
         c = self.counts.update(read_outcomes(self.dir), read_starts(self.dir))
+        if self.signum is None and self.info.get("attempt", 1) == 1 and not c.outcomes and not c.unended:
+            return self.discard()
         self.close(interrupted=self.signum is not None or c.n == 0 or c.pending > 0 or c.killed > 0)
+
+    def discard(self) -> None:
+        """No parent run (deleted) and no sweep record: the same command, fixed, runs in this sweep dir."""
+        self.closed = True
+        self.stop.set()
+        self.watcher.join()
+        if self.live is not None:
+            self.live.close()
+        self.tracker.client.delete_run(self.info["parent_run_id"])
+        (self.dir / SWEEP_FILE).unlink(missing_ok=True)
+        shutil.rmtree(self.dir / JOBS_DIR, ignore_errors=True)
 
     def close(self, interrupted: bool) -> int:
         """End the parent run; returns the number of jobs that did not finish."""
