@@ -1,8 +1,8 @@
 """Checkpoints: every train.save_every steps keep the last train.save_total_limit full states and
 the best weights by eval/score; resume one so the run continues exactly where it was.
 
-Layout, inside the run dir Hydra made for the run (its "home"):
-  run.json               the MLflow run id and store: a resume continues that run, not a new one
+Layout, inside the run dir Hydra made for the run (its "home"; run.json, the run's record, is
+run/runfile.py's):
   checkpoints/step-<N>/  accelerator.save_state: model.safetensors, optimizer.bin, scheduler.bin,
                          random_states_0.pkl (all loaded back with weights_only=True by Accelerate),
                          and trainer_state.json (step, batches consumed per task, best score)
@@ -30,7 +30,6 @@ from deepen_run.errors import UserError
 from deepen_run.run.lifecycle import SignalGuard
 
 STATE = "trainer_state.json"
-RUN_FILE = "run.json"
 
 
 def steps_of(folder: Path) -> list[tuple[int, Path]]:
@@ -98,47 +97,6 @@ def recover_best(home: Path) -> None:
     for p in [*ckpts.glob(".step-*.tmp"), *ckpts.glob(".step-*.old"), ckpts / ".best.tmp", ckpts / ".best.old"]:
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
-
-
-def read_run_file(home: Path) -> dict:
-    f = home / RUN_FILE
-    return json.loads(f.read_text()) if f.is_file() else {}
-
-
-def write_run_file(home: Optional[Path], run_id: str, uri: str, experiment: str, status: str = "RUNNING") -> None:
-    from deepen_run.config.redact import mask_uri
-
-    if home is not None and run_id:  # a record on disk: no user:password@'s password
-        tmp = home / f".{RUN_FILE}.tmp"  # then renamed: a full disk leaves the old run.json, never half of one
-        tmp.write_text(json.dumps({"run_id": run_id, "tracking_uri": mask_uri(uri), "experiment": experiment,
-                                   "status": status}))
-        tmp.replace(home / RUN_FILE)
-
-
-def finish(home: Optional[Path], status: str) -> None:
-    """Record how the run ended; a FINISHED run drops its full-state checkpoints (optimizer state is
-    twice the model, and a finished schedule cannot be continued) and keeps checkpoints/best."""
-    info = read_run_file(home) if home is not None else {}
-    if not info:
-        return
-    write_run_file(home, info["run_id"], info["tracking_uri"], info["experiment"], status)
-    if status == "FINISHED":
-        for _, p in steps_of(home):
-            shutil.rmtree(p, ignore_errors=True)
-
-
-def orphan_note(run_id: str, tags: dict) -> str:
-    """What a dead run left to continue from, said truthfully; its run.json is marked KILLED too."""
-    if tags.get("sweep_role") == "parent":
-        return "rerun the sweep's command with resume=auto to continue it"
-    home = Path(tags["run_dir"]) if tags.get("run_dir") else None
-    if home is None or read_run_file(home).get("run_id") != run_id:
-        return "resume=auto in its run dir continues it"
-    finish(home, "KILLED")
-    last = latest(home)
-    if last is None:
-        return f"no checkpoint was saved; resume=auto in {home} runs it again from step 0 as the same run"
-    return f"resume=auto in {home} continues it from its checkpoint {last.name}"
 
 
 def keeps_best(tcfg, total: int, predict: bool = False) -> bool:

@@ -144,7 +144,7 @@ def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> li
 
     where: an extra search clause (a sweep's own children); wait_s: give live processes that long
     to end their runs themselves first (an interrupted sweep's jobs are saving a checkpoint); note(run_id,
-    tags): what the dead run left to continue from (checkpoint.orphan_note), for its error tag."""
+    tags): what the dead run left to continue from (runfile.orphan_note), for its error tag."""
     if not tracker.enabled:
         return []
     host = socket.gethostname()

@@ -20,10 +20,11 @@ from typing import Optional
 
 from omegaconf import OmegaConf
 
-from deepen_run.run.checkpoint import latest, read_run_file, usable
+from deepen_run.run.checkpoint import latest, usable
 from deepen_run.config.schema import ROOT, Config
 from deepen_run.errors import UserError
 from deepen_run.run.lifecycle import DirInUse, in_use
+from deepen_run.run.runfile import read_run_file
 
 SAVED = Path(".hydra") / "config.yaml"  # Hydra's copy: the config of the LAST command in the dir
 RUN_CONFIG = "run_config.yaml"  # ours: the config the run started with, written once

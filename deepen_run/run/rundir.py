@@ -125,7 +125,7 @@ class RunDirGuard(Callback):
         self.listing = Listing(folder)
 
     def on_run_end(self, config, job_return=None, **kwargs: Any) -> None:
-        from deepen_run.run.checkpoint import RUN_FILE
+        from deepen_run.run.runfile import RUN_FILE
         from deepen_run.errors import UserError
 
         from deepen_run.run.lifecycle import DirInUse, in_use

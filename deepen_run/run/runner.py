@@ -15,6 +15,7 @@ from accelerate.utils import set_seed
 from omegaconf import OmegaConf
 
 from deepen_run.run import checkpoint as ck
+from deepen_run.run import runfile
 from deepen_run.model import steps as backbone_steps
 from deepen_run.errors import UserError
 from deepen_run.run import summary
@@ -56,8 +57,8 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
     tracker.check()
     if "sweep_id" not in (tags or {}):  # a sweep's launcher looks for dead runs once, for all its jobs
-        reap_orphans(tracker, note=ck.orphan_note)
-    run_id = ck.read_run_file(resume_home).get("run_id") if resume_home else None
+        reap_orphans(tracker, note=runfile.orphan_note)
+    run_id = runfile.read_run_file(resume_home).get("run_id") if resume_home else None
     if run_id and not tracker.has_run(run_id):  # before any weights load: MLflow would say "not found" in 55 lines
         raise UserError(f"resume: run {run_id} of {resume_home} is not in the MLflow store {tracker.shown} (deleted "
                         "or replaced since); restore that store to continue it, or start afresh: the same command "
@@ -92,7 +93,7 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
     restored = not run_id  # a resume that fails before its checkpoint is back keeps its status
     try:  # from here on, whatever fails (a full disk writing run.json) ends the run
         with signals.deferred():  # run.json names the run before a signal stops it: resume=auto finds it
-            ck.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
+            runfile.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
             if not run_id:
                 save_fingerprint(home, cfg, tasks)
         monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
@@ -154,7 +155,7 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
             except TrackingLost:
                 status = "FAILED"  # run.json says how it ended when MLflow cannot
             if accelerator.is_main_process:
-                ck.finish(home, status)
+                runfile.finish(home, status)
                 if status == "FINISHED":
                     summary.show(tracker, home, status)
             phase("ended")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepen_run.sweep import summary as sweep_summary
-from deepen_run.run.checkpoint import orphan_note
+from deepen_run.run.runfile import orphan_note
 from deepen_run.run.lifecycle import SIGNALS, Interrupted, alive, reap_orphans
 from deepen_run.sweep.counts import Counts
 from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE, SWEEP_FILE
