@@ -175,6 +175,7 @@ def test_a_bad_value_hydra_finds_after_the_parent_exists_leaves_no_record(tmp_pa
     r = cli(*a, "train.batch_size=8,abc")
     assert r.returncode == 2 and "train.batch_size=abc" in r.stderr and "resume=auto" not in r.stderr, r.stderr[-3000:]
     assert runs_of(uri)[1] == []
+    assert sorted(x.name for x in (tmp_path / "sweep").iterdir()) == ["multirun.yaml"]  # Hydra's own record
     r = cli(*a, "train.batch_size=8,16")
     assert r.returncode == 0, r.stderr[-3000:]
     (parent,), children = (lambda rs: ([x for x in rs if x.data.tags.get("sweep_role") == "parent"],

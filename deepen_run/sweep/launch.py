@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -141,9 +140,17 @@ class Launch:
         self.watcher.join()
         if self.live is not None:
             self.live.close()
+        from deepen_run.sweep.resume import LOCK
+
         self.tracker.client.delete_run(self.info["parent_run_id"])
         (self.dir / SWEEP_FILE).unlink(missing_ok=True)
-        shutil.rmtree(self.dir / JOBS_DIR, ignore_errors=True)
+        jobs = self.dir / JOBS_DIR  # only the files this launcher writes there, then the folder if empty
+        for name in (LOCK, STOP_FILE):
+            (jobs / name).unlink(missing_ok=True)
+        try:
+            jobs.rmdir()
+        except OSError:
+            pass
 
     def close(self, interrupted: bool) -> int:
         """End the parent run; returns the number of jobs that did not finish."""
