@@ -352,3 +352,25 @@ def test_an_export_into_the_current_folder_truncates_as_its_run_and_predicts_not
                                                                                        return_tensors="pt")).logits
     assert (theirs - ours).abs().max() < 1e-5
     assert m.predict([]) == []
+
+
+def test_a_new_export_over_an_earlier_one_keeps_the_users_files(tmp_path):
+    """The earlier export listed its files: they are replaced, a note the user put beside them stays. A
+    model folder that lists none (a run's, or an older export) is refused: its files and a user's
+    cannot be told apart."""
+    import json
+
+    from deepen_run.errors import UserError
+    from deepen_run.serve import bundle
+    from deepen_run.serve.export import export
+
+    src = tiny_bundle(tmp_path / "model")
+    dest, _ = export(src, tmp_path / "export")
+    listed = json.loads((dest / bundle.INFO).read_text())["files"]
+    assert sorted(p.name for p in dest.iterdir()) == listed and "model.safetensors" in listed
+    (dest / "notes.txt").write_text("mine\n")
+    dest, _ = export(src, dest)
+    assert (dest / "notes.txt").read_text() == "mine\n"
+    assert sorted(p.name for p in dest.iterdir()) == sorted([*listed, "notes.txt"])
+    with pytest.raises(UserError, match="does not list its files"):
+        export(src, src)

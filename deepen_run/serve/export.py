@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepen_run.errors import UserError
+from deepen_run.model import backbone as bb
 from deepen_run.serve import bundle, card, hf
 
 
@@ -23,6 +24,9 @@ def check_target(dest: Path) -> None:
         raise UserError(f"{dest}: {parent} is a file, not a folder")
     if dest.is_dir() and any(dest.iterdir()) and not (dest / bundle.INFO).is_file():
         raise UserError(f"{dest} holds files of its own; export into a new or empty folder")
+    if (dest / bundle.INFO).is_file() and "files" not in json.loads((dest / bundle.INFO).read_text()):
+        raise UserError(f"{dest} holds a model that does not list its files (a run's model, or an older "
+                        "export): its files cannot be told from yours; export into a new or empty folder")
 
 
 def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path, Optional[str]]:
@@ -34,25 +38,32 @@ def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path
     folder, cfg, info = open_model(source, tracking_uri)
     trained = build(folder, cfg, info, device="cpu")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    # Filled beside dest under a name no one else has (mkdir refuses one that exists), then renamed:
-    # a user's folder is never touched.
+    # Filled beside dest under a name no one else has (mkdir refuses one that exists), then moved in:
+    # a user's file is never touched.
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.tmp")
     tmp.mkdir()
     try:
         hf_class = fill(tmp, folder, cfg, info, trained)
-        if dest.is_dir() and not any(dest.iterdir()):
-            # An empty folder (the shell's current one, say) keeps its identity: the files move in.
-            for f in tmp.iterdir():
-                f.rename(dest / f.name)
-            tmp.rmdir()
-        else:
-            if dest.exists():
-                shutil.rmtree(dest)  # an earlier export (check_target)
-            tmp.rename(dest)
+        move_in(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest, hf_class
+
+
+def move_in(tmp: Path, dest: Path) -> None:
+    """The filled export into dest, which keeps its identity (the shell's current folder, say). Of an
+    earlier export there, only the files it listed go: a file the user put beside them stays.
+    deepen_run.json comes last, so the folder says it is an export only once it is whole."""
+    dest.mkdir(exist_ok=True)
+    if (dest / bundle.INFO).is_file():
+        for name in set(json.loads((dest / bundle.INFO).read_text())["files"]) - {bundle.INFO}:
+            old = dest / name
+            if old.is_file() and not old.is_symlink():
+                old.unlink()
+    for f in sorted(tmp.iterdir(), key=lambda f: f.name == bundle.INFO):
+        f.replace(dest / f.name)
+    tmp.rmdir()
 
 
 def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
@@ -66,7 +77,7 @@ def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
 
         task = info["tasks"][0]
         family = model.backbone.config.model_type
-        plain = AutoModelForSequenceClassification.from_config(hf.hf_config(model, trained.tasks[task]), dtype="float32")
+        plain = AutoModelForSequenceClassification.from_config(hf.hf_config(model, trained.tasks[task]), dtype=bb.DTYPE)
         missing, unexpected = plain.load_state_dict(hf.to_hf(state, family, task), strict=False)
         if missing or unexpected:  # the table and the model disagree: keep our own format instead
             why = f"its weights do not map onto {type(plain).__name__} (missing {missing[:2]}, unexpected {unexpected[:2]})"
@@ -77,7 +88,7 @@ def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
         from safetensors.torch import save_model
 
         save_model(model, str(tmp / bundle.WEIGHTS))
-    meta = {k: v for k, v in info.items() if k not in ("format", "weights")} | ({"hf_class": hf_class} if hf_class else {})
+    meta = {k: v for k, v in info.items() if k not in ("format", "weights", "files")} | ({"hf_class": hf_class} if hf_class else {})
     backbone_config = bundle.backbone_config_from(folder / bundle.BACKBONE) if (folder / bundle.BACKBONE).is_file() \
         else bundle.pristine_backbone_config(cfg.backbone)
 
@@ -89,4 +100,7 @@ def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
     trained.tokenizer.model_max_length = cfg.data.max_seq_length
     trained.tokenizer.save_pretrained(str(tmp))
     (tmp / "README.md").write_text(card.text(cfg, info, hf_class, why))
+    # What this export wrote: a later export into the same folder replaces these files and no other.
+    names = sorted(p.name for p in tmp.iterdir())
+    (tmp / bundle.INFO).write_text(json.dumps(json.loads((tmp / bundle.INFO).read_text()) | {"files": names}, indent=1))
     return hf_class
