@@ -3,7 +3,6 @@ fail/fail_with sit here, not in the CLI, so the run layer (run/rundir.py) can en
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from deepen_run.util import one_line
 
@@ -29,12 +28,11 @@ class FromRun(Exception):
         self.error = error
 
 
-def fail(msg: str, code: int, newline: bool = False) -> None:
+def fail(msg: str, code: int, newline: bool = False, prog: str = "deepen-run") -> None:
     # newline: a progress bar may hold the cursor mid-line; the message gets a line of its own.
-    prog = Path(sys.argv[0]).name if Path(sys.argv[0]).name.startswith("deepen-") else "deepen-run"
     print(f"{chr(10) if newline else ''}{prog}: error: {one_line(msg)}", file=sys.stderr)
     sys.exit(code)
 
 
-def fail_with(e: UserError) -> None:
-    fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss))
+def fail_with(e: UserError, prog: str = "deepen-run") -> None:
+    fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss), prog=prog)

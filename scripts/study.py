@@ -246,20 +246,18 @@ def train_rows(glue_dir: str, task: str) -> int:
 
 
 def job_steps(cfg) -> int:
-    """A job's training steps as the run counts them: train.max_steps, else num_epochs passes over its
-    cut training sets (the abl_* presets), which needs the GLUE files."""
-    t = cfg.train
-    if t.max_steps > 0:
-        return t.max_steps
+    """A job's training steps as the run counts them (data.sampling.total_steps): epoch-sized jobs (the
+    abl_* presets, max_steps=-1) count the batches of their cut training sets, which needs the GLUE files."""
     from deepen_run.data.loaders import train_size
-    from deepen_run.data.sampling import epoch_length
+    from deepen_run.data.sampling import total_steps
 
-    if not cfg.data.glue_dir:
+    t = cfg.train
+    if t.max_steps <= 0 and not cfg.data.glue_dir:
         sys.exit("study: --cost counts the training rows of epoch-sized jobs: set DEEPEN_GLUE_DIR")
-    rows = [train_size(train_rows(cfg.data.glue_dir, task), cfg.data.train_fraction, cfg.data.max_train_samples)
-            for task in cfg.task.names]
+    rows = [] if t.max_steps > 0 else [train_size(train_rows(cfg.data.glue_dir, task), cfg.data.train_fraction,
+                                                  cfg.data.max_train_samples) for task in cfg.task.names]
     per_pass = sum(math.ceil(n / t.batch_size) for n in rows) // t.gradient_accumulation_steps
-    return math.ceil(t.num_epochs * epoch_length(t, len(rows), per_pass))
+    return total_steps(t, len(cfg.task.names), per_pass)
 
 
 def job_seconds(cfg) -> float:

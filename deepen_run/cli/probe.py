@@ -24,7 +24,7 @@ from hydra.core.config_store import ConfigStore  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from deepen_run.config.schema import ROOT, Inputs  # noqa: E402
-from deepen_run.errors import FromRun, UserError  # noqa: E402
+from deepen_run.errors import FromRun, UserError, fail_with  # noqa: E402
 from deepen_run.util import one_line  # noqa: E402
 
 @dataclass
@@ -125,10 +125,9 @@ def check(cfg) -> list:
             raise UserError(f"data.{key}={cfg.data[key]}: deepen-probe reads dev examples only (probe.samples "
                             f"of them, data.max_eval_samples at most): drop data.{key}")
     from deepen_run.run.places import tracking_store
-    from deepen_run.run.preflight import MIN_SEQ_LENGTH, seq_length
+    from deepen_run.run.preflight import min_length, seq_length
 
-    if cfg.data.max_seq_length < MIN_SEQ_LENGTH:
-        raise UserError(f"data.max_seq_length={cfg.data.max_seq_length} must be at least {MIN_SEQ_LENGTH}")
+    min_length(cfg.data)
     tracking_store(cfg.tracking)
     gd.check_glue_dir(cfg.data.glue_dir, tasks, need_train=False)
     bb.preflight(cfg.backbone)
@@ -252,8 +251,7 @@ def main() -> None:
     try:
         _hydra_main()
     except UserError as e:  # a -m job's (a single run's is printed by rundir.RunDirGuard)
-        print(f"deepen-probe: error: {one_line(str(e))}", file=sys.stderr)
-        sys.exit(e.exit_code)
+        fail_with(e, "deepen-probe")
     except FromRun as e:
         raise e.error from None
     except (HydraException, OmegaConfBaseException) as e:

@@ -5,6 +5,8 @@ linearly from `alpha` (first epoch) to `alpha_end` (last epoch); `round_robin` t
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -36,6 +38,11 @@ def epoch_length(tcfg, n_tasks: int, per_pass: int) -> int:
     if n_tasks > 1 and tcfg.steps_per_task:
         return max(1, tcfg.steps_per_task * n_tasks)
     return max(1, per_pass)
+
+
+def total_steps(tcfg, n_tasks: int, per_pass: int) -> int:
+    """The run's steps: train.max_steps, else num_epochs epochs of epoch_length."""
+    return tcfg.max_steps if tcfg.max_steps > 0 else math.ceil(tcfg.num_epochs * epoch_length(tcfg, n_tasks, per_pass))
 
 
 class TaskSampler:

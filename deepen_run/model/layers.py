@@ -40,6 +40,13 @@ def _renumber(layers: nn.ModuleList, config) -> None:
     config.num_hidden_layers = len(layers)
 
 
+def copy_layer(backbone: nn.Module, layer: nn.Module) -> nn.Module:
+    """A copy of one of backbone's layers: deepcopy, not a second reference, so it trains independently
+    of its source; the model's config stays shared (memo), so a later switch of it (the attention
+    kernel) reaches the copy too."""
+    return copy.deepcopy(layer, {id(backbone.config): backbone.config})
+
+
 def duplicate(backbone: nn.Module, indices: Sequence[int], what: str = "method.layers") -> list[int]:
     """Insert an independent deep copy of layer i right after layer i, for each i in `indices`
     (an index listed twice gets two copies). No weights change, nothing is trained.
@@ -60,10 +67,7 @@ def duplicate(backbone: nn.Module, indices: Sequence[int], what: str = "method.l
     new = []
     for i in range(depth):
         new.append(layers[i])
-        # deepcopy, not a second reference: the copy must train independently of its source. The
-        # model's config stays shared (memo): a later switch of it, e.g. the attention kernel, must
-        # reach the copies too.
-        new.extend(copy.deepcopy(layers[i], {id(backbone.config): backbone.config}) for _ in range(copies.get(i, 0)))
+        new.extend(copy_layer(backbone, layers[i]) for _ in range(copies.get(i, 0)))
     adapter.set_layers(backbone, nn.ModuleList(new))
     config = backbone.config
     if isinstance(getattr(config, "layer_types", None), list) and len(config.layer_types) == depth:

@@ -8,7 +8,6 @@ accuracy at reconstructing randomly masked tokens.
 """
 from __future__ import annotations
 
-import copy
 import math
 from typing import Optional
 
@@ -17,7 +16,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from deepen_run.model import adapter
-from deepen_run.model.layers import encoder_layers, layer_stack
+from deepen_run.model.layers import copy_layer, encoder_layers, layer_stack
 
 
 def sample_batches(datasets_: list, tokenizer, batch_size: int) -> list[dict]:
@@ -105,7 +104,7 @@ def _copy_at(backbone: nn.Module, layer: nn.Module, position: int) -> nn.Module:
     unless the family fits a copy to its new place (ModernBERT's layer 0 gains an attention norm)."""
     if adapter.family_of(backbone).fresh_norm_on_copy is None:
         return layer  # nothing to fit: the layer itself, no copy made
-    fresh = copy.deepcopy(layer, {id(backbone.config): backbone.config})
+    fresh = copy_layer(backbone, layer)
     return fresh if adapter.fit_copy(backbone, fresh, position) else layer
 
 

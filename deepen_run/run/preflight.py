@@ -172,9 +172,7 @@ def numbers(cfg) -> None:
                             "training-set sizes)")
     if not 0 <= cfg.seed < 2**32:  # numpy's seed range (accelerate's set_seed seeds numpy too)
         raise UserError(f"seed={cfg.seed} must be in [0, 2**32 - 1]")
-    if cfg.data.max_seq_length < MIN_SEQ_LENGTH:
-        raise UserError(f"data.max_seq_length={cfg.data.max_seq_length} must be at least {MIN_SEQ_LENGTH} "
-                        "(tokens per example, special tokens included)")
+    min_length(cfg.data)
     if cfg.data.num_workers < 0:
         raise UserError(f"data.num_workers={cfg.data.num_workers} must be >= 0 (0 = load in the main process)")
     f = cfg.data.train_fraction
@@ -201,6 +199,12 @@ def random_backbone(b) -> None:
                         f"{b.num_attention_heads} (each head takes hidden_size / heads of it)")
     if not 0 <= b.pad_token_id < b.vocab_size:
         raise UserError(f"backbone.pad_token_id={b.pad_token_id} must be a token id, in [0, backbone.vocab_size)")
+
+
+def min_length(data) -> None:
+    if data.max_seq_length < MIN_SEQ_LENGTH:
+        raise UserError(f"data.max_seq_length={data.max_seq_length} must be at least {MIN_SEQ_LENGTH} "
+                        "(tokens per example, special tokens included)")
 
 
 def seq_length(cfg) -> None:

@@ -51,10 +51,10 @@ def foreign_entries(folder: Path, records: tuple[str, ...]) -> list[str]:
     return [n for n in names if n not in OURS and not n.endswith(".log") and not (jobs and n.isdigit())]
 
 
-def _refuse(key: str, folder: Path, names: list[str]) -> None:
+def _refuse(key: str, folder: Path, names: list[str], prog: str) -> None:
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     fail(f"{key}={folder} already holds files deepen-run did not make ({shown}); deepen-run writes "
-         "only into a new or empty folder, or one it made: pick another " + key, 2)
+         "only into a new or empty folder, or one it made: pick another " + key, 2, prog=prog)
 
 
 class Listing:
@@ -101,7 +101,8 @@ def failure(job_return) -> Optional[BaseException]:
 
 
 class RunDirGuard(Callback):
-    def __init__(self) -> None:
+    def __init__(self, prog: str = "deepen-run") -> None:
+        self.prog = prog  # the command its error lines name (conf/probe.yaml: deepen-probe)
         self.listing: Optional[Listing] = None
 
     def on_run_start(self, config, **kwargs: Any) -> None:
@@ -110,18 +111,18 @@ class RunDirGuard(Callback):
         folder = Path(str(OmegaConf.select(config, "hydra.run.dir"))).resolve()
         names = foreign_entries(folder, RUN_RECORDS)
         if names:
-            _refuse("hydra.run.dir", folder, names)
+            _refuse("hydra.run.dir", folder, names, self.prog)
         from deepen_run.run.lifecycle import DirInUse, in_use
 
         if in_use(folder):
-            fail(str(DirInUse.for_dir(folder)), 2)
+            fail(str(DirInUse.for_dir(folder)), 2, prog=self.prog)
         from deepen_run.errors import UserError
         from deepen_run.run.resume import check_dir
 
         try:  # another run's dir: refused before Hydra rewrites that run's .hydra/ and log
             check_dir(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), folder)
         except UserError as e:
-            fail_with(e)
+            fail_with(e, self.prog)
         self.listing = Listing(folder)
 
     def on_run_end(self, config, job_return=None, **kwargs: Any) -> None:
@@ -139,10 +140,10 @@ class RunDirGuard(Callback):
         if folder is not None and not (isinstance(error, DirInUse) and error.folder == folder) and not in_use(folder) \
                 and not (folder / RUN_FILE).exists():
             self.listing.remove_created()
-        fail_with(error)  # one line and the exit code now: Hydra would add a line of its own
+        fail_with(error, self.prog)  # one line and the exit code now: Hydra would add a line of its own
 
     def on_multirun_start(self, config, **kwargs: Any) -> None:
         folder = Path(str(OmegaConf.select(config, "hydra.sweep.dir"))).resolve()
         names = foreign_entries(folder, SWEEP_RECORDS)
         if names:
-            _refuse("hydra.sweep.dir", folder, names)
+            _refuse("hydra.sweep.dir", folder, names, self.prog)

@@ -102,7 +102,7 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
             tracker.resume()
         public = public_config(cfg)
         tracker.log_params(flatten(public))
-        if not run_id or not tracker.has_inputs():  # a run stopped before it linked its files links them now
+        if not run_id or not tracker.inputs_linked:  # a run stopped before it linked its files links them now
             publish.log_data(tracker, cfg, tasks, home)
         tracker.log_text(OmegaConf.to_yaml(public), "config.yaml")
         tracker.log_metrics(sizes, 0)

@@ -12,7 +12,6 @@ No trainer class and no callbacks: the loop is in fit. The method has already de
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -39,7 +38,7 @@ from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
 from deepen_run.run.progress import quiet_libraries
-from deepen_run.data.sampling import TaskSampler, epoch_length
+from deepen_run.data.sampling import TaskSampler, epoch_length, total_steps
 from deepen_run.util import phase
 
 
@@ -91,8 +90,7 @@ def setup(cfg, run: Run) -> Recipe:
     hook(run.method, "after_build")(model, ctx)
 
     per_pass = sum(len(dl) for dl in loaders.values()) // tcfg.gradient_accumulation_steps
-    steps_per_epoch = epoch_length(tcfg, len(tasks), per_pass)
-    total = tcfg.max_steps if tcfg.max_steps > 0 else math.ceil(tcfg.num_epochs * steps_per_epoch)
+    steps_per_epoch, total = epoch_length(tcfg, len(tasks), per_pass), total_steps(tcfg, len(tasks), per_pass)
     sampler = TaskSampler(cfg.schedule, {t: len(d.train) for t, d in data.items()}, steps_per_epoch, total, cfg.seed)
 
     swapped = use_dropout_masks(model, tcfg)  # after the method's hooks: its own dropouts too

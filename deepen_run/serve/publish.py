@@ -68,7 +68,7 @@ def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int) -> Optiona
     if not tracker.enabled or not saver.keep_best or saver.root is None:
         return None
     from deepen_run.config.redact import public_config
-    from deepen_run.precision import attention_choice, precision_choice
+    from deepen_run.precision import attention_choice, resolve_precision
     from deepen_run.tracking.store import flatten
 
     best = saver.root / "best" / bundle.WEIGHTS
@@ -79,7 +79,7 @@ def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int) -> Optiona
             "tasks": list(cfg.task.names), "step": total, "weights_from": "checkpoints/best" if same else "final",
             "scores": {k: v for k, v in sorted(metrics.items()) if k.startswith("eval/")},
             # as this machine resolved train.mixed_precision=auto: a loaded model predicts as the run did
-            "precision": precision_choice(cfg.train.mixed_precision)[0], "attention": attention_choice(cfg.train)[0]}
+            "precision": resolve_precision(cfg.train.mixed_precision), "attention": attention_choice(cfg.train)[0]}
     backbone_config = bundle.pristine_backbone_config(cfg.backbone)
 
     def fill(folder: Path) -> None:

@@ -74,7 +74,7 @@ class SweepJob:
         kept = self._kept(cfg, current_dir())
         if kept is not None:  # FINISHED by an earlier attempt of this sweep: counted, not trained again
             write_json(self.jobs / f"{self.num}.json", kept | {"name": name})
-            return kept["score"] if kept["score"] == kept["score"] else NO_SCORE
+            return scored(kept["score"])
         launcher = self.info.get("launcher_pid")
         # From the job's start: a signal while it loads ends it KILLED too. In a worker of the launcher a
         # repeated signal is the launcher's copy of the first (lifecycle.SignalGuard).
@@ -118,7 +118,7 @@ class SweepJob:
                 return NO_SCORE  # recorded KILLED; raised, joblib would kill the other workers mid-save
             pass_on(getattr(stopped, "signum", 2))  # submitit: requeue; basic launcher: stop the sweep
             raise stopped
-        return score if score == score else NO_SCORE  # NaN (undefined): no score
+        return scored(score)
 
     def _stopped_by_launcher(self, wait_s: float = 10.0) -> bool:
         """Is this job in a worker process of a launcher that is stopping the sweep (its stop file)?
@@ -178,6 +178,11 @@ class SweepJob:
         except Exception as e:  # noqa: BLE001 (the store may be what failed; the outcome file still counts it)
             print(f"deepen-run: warning: could not record job {self.num + 1} in MLflow: {_one_line(e)}",
                   file=sys.stderr)
+
+
+def scored(score: Optional[float]) -> Optional[float]:
+    """A job's return value: its eval/score, or NO_SCORE for none (failed) or NaN (undefined)."""
+    return score if score is not None and score == score else NO_SCORE
 
 
 def pass_on(signum: int) -> None:

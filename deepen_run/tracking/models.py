@@ -143,10 +143,10 @@ def register(uri: str, run_id: str, name: str, alias: str = "champion") -> tuple
         client.create_registered_model(name)
     except MlflowException as e:
         try:  # a name already registered gets a version; a prompt's name is taken, and is no model
-            taken = e.error_code != "RESOURCE_ALREADY_EXISTS" or client.get_registered_model(name) is None
+            if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            client.get_registered_model(name)  # raises for a prompt's name
         except MlflowException:
-            taken = True
-        if taken:
             raise UserError(f"--register {name!r}: {str(e).splitlines()[0]}") from e
     # The model's artifact location as the source, not models:/<id>: MLflow resolves that one through
     # the process-wide tracking URI, not this client's store.

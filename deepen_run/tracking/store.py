@@ -86,6 +86,7 @@ class Tracker:
         self.run_id: Optional[str] = None
         self.logged: dict[str, set[int]] = {}  # (metric, step) pairs a resumed run already has
         self.params_logged: set[str] = set()  # params are write-once: a resume logs only new keys
+        self.inputs_linked = False  # a resumed run's dataset inputs are there (resume() reads it)
         if enabled:
             # Its ERROR logs print whole tracebacks for what _recorded reports as one line.
             logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
@@ -135,13 +136,10 @@ class Tracker:
         run = self.client.get_run(self.run_id)
         self.logged = {k: {m.step for m in self.client.get_metric_history(self.run_id, k)} for k in run.data.metrics}
         self.params_logged = set(run.data.params)
+        self.inputs_linked = bool(run.inputs.dataset_inputs)  # a run stopped before it linked its GLUE files
         for tag in ("error", "interrupted", "resume_error", "sweep_failed", "stopped_before_first_step"):
             if tag in run.data.tags:
                 self.client.delete_tag(self.run_id, tag)
-
-    def has_inputs(self) -> bool:
-        """Has this run linked its dataset inputs (the GLUE files)?"""
-        return not self.enabled or bool(self.client.get_run(self.run_id).inputs.dataset_inputs)
 
     def has_run(self, run_id: str) -> bool:
         """Is this run in the store (a resume's run.json may name one of a store since deleted)?"""
