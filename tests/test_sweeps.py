@@ -1,6 +1,7 @@
 """Multiruns: one MLflow parent per sweep, a child per job, parallel jobs on SQLite, a failing job,
 the results report. Tiny random BERT on real GLUE RTE files: the mechanics, not learning."""
 import csv
+import re
 import statistics
 
 import pytest
@@ -175,6 +176,8 @@ def test_a_bad_value_hydra_finds_after_the_parent_exists_leaves_no_record(tmp_pa
     r = cli(*a, "train.batch_size=8,abc")
     assert r.returncode == 2 and "train.batch_size=abc" in r.stderr and "resume=auto" not in r.stderr, r.stderr[-3000:]
     assert runs_of(uri)[1] == []
+    started = re.search(r"parent run (\w+) in", r.stdout)  # the start line named it: the end says it is gone
+    assert started and f"no job started; parent run {started.group(1)} deleted" in r.stdout, r.stdout[-2000:]
     assert sorted(x.name for x in (tmp_path / "sweep").iterdir()) == ["multirun.yaml"]  # Hydra's own record
     r = cli(*a, "train.batch_size=8,16")
     assert r.returncode == 0, r.stderr[-3000:]

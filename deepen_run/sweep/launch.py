@@ -151,6 +151,9 @@ class Launch:
             jobs.rmdir()
         except OSError:
             pass
+        # The start line named the parent run: say it is gone, or a reader goes looking for it.
+        print(f"[sweep {self.info['sweep_id']}] no job started; parent run {self.info['parent_run_id']} deleted",
+              flush=True)
 
     def close(self, interrupted: bool) -> int:
         """End the parent run; returns the number of jobs that did not finish."""
