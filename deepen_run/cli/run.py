@@ -171,6 +171,13 @@ def main() -> None:
         fail_with(e)
     except FromRun as e:
         raise e.error from None  # the run's own error, as it was raised there
+    except ValueError as e:
+        # Optuna's sweeper asks for the best trial once all have run; with every trial failed there is
+        # none. Each trial is a FAILED child with its error tag; the parent ends FAILED at exit.
+        if not str(e).startswith("No trials are completed yet"):
+            raise
+        fail(f"every trial of the search failed (Optuna: {one_line(e)}); each trial's child run has an "
+             "`error` tag that says why, and the sweep's parent run is FAILED", 1)
     except (HydraException, OmegaConfBaseException) as e:
         from deepen_run.run.preflight import typo
 
