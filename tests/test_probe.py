@@ -165,12 +165,13 @@ def test_deepen_probe_guards_its_run_dir_as_deepen_run_does(glue_dir, mlflow_uri
     assert r.returncode == 2 and len(lines) == 1 and "notes.txt" in lines[0], r.stderr[-2000:]
     assert lines[0].startswith("deepen-probe: error: hydra.run.dir=")
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
-    # A job of a -m sweep is refused in one line too (its error comes back through Hydra's sweeper).
-    r = cli("-m", "backbone=tiny", "data.max_train_samples=10", f"data.glue_dir={glue_dir}",
-            f"tracking.uri={mlflow_uri}", prog="deepen-probe")
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and lines[-1].startswith("deepen-probe: error: data.max_train_samples=10"), r.stderr[-2000:]
-    assert "Traceback" not in r.stderr
+    # A job of a -m sweep is refused in one line too, at the first job, and leaves no folder behind.
+    r = cli("-m", "backbone=tiny", "data.max_train_samples=10,11", f"data.glue_dir={glue_dir}",
+            f"tracking.uri={mlflow_uri}", f"hydra.sweep.dir={tmp_path / 'made2' / 'sweep'}", prog="deepen-probe")
+    lines = [ln for ln in r.stderr.strip().splitlines() if "[HYDRA]" not in ln]  # Hydra's own launch log
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert lines[0].startswith("deepen-probe: error: data.max_train_samples=10:"), lines
+    assert not (tmp_path / "made2").exists(), sorted(map(str, (tmp_path / "made2").rglob("*")))
 
 
 @pytest.mark.e2e

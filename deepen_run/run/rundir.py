@@ -104,6 +104,7 @@ class RunDirGuard(Callback):
     def __init__(self, prog: str = "deepen-run") -> None:
         self.prog = prog  # the command its error lines name (conf/probe.yaml: deepen-probe)
         self.listing: Optional[Listing] = None
+        self.sweep: Optional[Listing] = None  # the sweep dir before this attempt (-m)
 
     def on_run_start(self, config, **kwargs: Any) -> None:
         if os.environ.get("RANK", "0") != "0":
@@ -147,3 +148,24 @@ class RunDirGuard(Callback):
         names = foreign_entries(folder, SWEEP_RECORDS)
         if names:
             _refuse("hydra.sweep.dir", folder, names, self.prog)
+        self.sweep = Listing(folder)
+
+    def on_job_end(self, config, job_return=None, **kwargs: Any) -> None:
+        """A job's bad input (deepen-probe -m; deepen-run's sweep jobs never raise, sweep/jobs.py) stops
+        the sweep at once, in one line: Hydra would run every job of the batch first, each refused the
+        same way, then print a line of its own. What this attempt made is removed, as for one run: a job
+        dir that holds a record (run.json) or was there before stays, and so does the sweep dir then."""
+        from deepen_run.errors import UserError
+        from deepen_run.run.runfile import RUN_FILE
+        from deepen_run.safe_fs import remove
+
+        error = failure(job_return)
+        if not isinstance(error, UserError) or self.sweep is None:
+            return
+        job = Path(str(config.hydra.runtime.output_dir)).resolve()
+        sweep = self.sweep.folder
+        if job.parent == sweep and job.name not in self.sweep.entries and not (job / RUN_FILE).exists():
+            remove(job, sweep)
+        if not any(p.is_dir() and p.name not in self.sweep.entries for p in sweep.iterdir()):
+            self.sweep.remove_created()  # multirun.yaml and the dir itself, when no other job left files
+        fail_with(error, self.prog)
