@@ -4,7 +4,7 @@ Layout: one subpackage per stage, each importing only the layers below it (tests
 checks every import statement, function-level ones included, against the `May import:` line of
 each subpackage's docstring; that line is the one place the rule is written). Bottom to top:
 
-  base         errors, util, figures, output (this package's top-level modules)
+  base         errors, util, masking, figures, output (this package's top-level modules)
   config       the structured schema, choices, redaction (the entry points hand it the methods' schemas)
   methods      the registry, contract, each method's config (they use config's types)
   data, tracking, model   GLUE files and loaders; MLflow; backbones and layer surgery (model > data)

@@ -30,7 +30,10 @@ class FromRun(Exception):
 
 def fail(msg: str, code: int, newline: bool = False, prog: str = "deepen-run") -> None:
     # newline: a progress bar may hold the cursor mid-line; the message gets a line of its own.
-    print(f"{chr(10) if newline else ''}{prog}: error: {one_line(msg)}", file=sys.stderr)
+    from deepen_run.masking import mask_string, secret_env_values  # a URI's password, a token: never shown
+
+    print(f"{chr(10) if newline else ''}{prog}: error: {one_line(mask_string(str(msg), secret_env_values()))}",
+          file=sys.stderr)
     sys.exit(code)
 
 

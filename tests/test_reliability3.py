@@ -128,14 +128,19 @@ def test_deepen_report_out_is_one_line_exit_2(tmp_path):
 
 
 def test_secret_names_are_words_and_a_token_id_is_not_a_secret(monkeypatch):
-    from deepen_run.config.redact import MASK, looks_secret, mask_uri, public_config
+    from deepen_run.config.redact import public_config
+    from deepen_run.masking import MASK, looks_secret, mask_uri
     from conftest import make_cfg
 
-    for name in ("hf_token", "MLFLOW_TRACKING_PASSWORD", "api_key", "AWS_SECRET_ACCESS_KEY", "password"):
+    for name in ("hf_token", "MLFLOW_TRACKING_PASSWORD", "api_key", "AWS_SECRET_ACCESS_KEY", "password",
+                 "PGPASSWORD", "MYPASSWORD", "HFTOKEN", "GITHUB_PAT", "AZURE_STORAGE_KEY"):
         assert looks_secret(name), name
-    for name in ("pad_token_id", "token_type_ids", "TOKENIZERS_PARALLELISM", "max_tokens"):
+    for name in ("pad_token_id", "token_type_ids", "TOKENIZERS_PARALLELISM", "max_tokens", "tokenizer", "path"):
         assert not looks_secret(name), name
     assert mask_uri("http://alice:s3c@retPW@127.0.0.1:5999/x") == f"http://alice:{MASK}@127.0.0.1:5999/x"
+    # A password urlsplit cannot find (an unencoded ? or #) is masked all the same.
+    for pw in ("s3cr?et", "pa#ss", "a/b"):
+        assert pw not in mask_uri(f"http://alice:{pw}@127.0.0.1:5999"), pw
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # its value must not be masked everywhere
     cfg = public_config(make_cfg("tracking.uri=http://alice:s3cretPW@127.0.0.1:5999"))
     assert cfg["tracking"]["uri"] == f"http://alice:{MASK}@127.0.0.1:5999"
@@ -162,6 +167,44 @@ def test_a_uri_with_user_and_password_reaches_the_server_and_the_password_stays_
     bad = cli("backbone=tiny", "task=rte", "dry_run=true", f"data.glue_dir={glue_dir}",
               "tracking.uri=http://alice:s3cretPW@127.0.0.1:9", f"hydra.run.dir={tmp_path}/run2")
     assert bad.returncode == 2 and "s3cretPW" not in bad.stdout + bad.stderr and "not reachable" in bad.stderr
+
+
+def test_an_error_line_never_shows_a_password(glue_dir, tmp_path):
+    """Every one-line error goes through errors.fail, which masks a URL's password and a secret
+    variable's value, whichever check wrote the message (here: a misspelt scheme)."""
+    r = cli("backbone=tiny", "task=rte", f"data.glue_dir={glue_dir}", f"hydra.run.dir={tmp_path}/run",
+            "tracking.uri=htps://alice:s3cretPW@mlflow.example.com", env={"MY_API_TOKEN": "tok-1234567"})
+    assert r.returncode == 2 and "is not an MLflow tracking store" in r.stderr, r.stderr[-2000:]
+    assert "s3cretPW" not in r.stderr and "alice:***@" in r.stderr
+    r = cli("backbone=tiny", "task=rte", f"data.glue_dir={tmp_path}/tok-1234567", f"hydra.run.dir={tmp_path}/run",
+            env={"MY_API_TOKEN": "tok-1234567"})  # the folder's name is the secret's value: masked
+    assert r.returncode == 2 and "tok-1234567" not in r.stderr and "***" in r.stderr, r.stderr[-2000:]
+
+
+def test_a_sweeps_password_stays_out_of_its_parent_and_files(glue_dir, tmp_path, mlflow_server):  # noqa: F811
+    """A sweep's overrides become its parent's params, its note's command, deepen_sweep.json and the
+    multirun.yaml artifact: the password of tracking.uri is in none of them, and the sweep resumes."""
+    import json
+
+    uri = mlflow_server.replace("http://", "http://alice:s3cretPW@")
+    sweep = tmp_path / "sweep"
+    common = ["-m", "seed=1,2", "backbone=tiny", "task=rte", "dry_run=true", f"data.glue_dir={glue_dir}",
+              f"tracking.uri={uri}", "tracking.experiment=sweepcreds", f"hydra.sweep.dir={sweep}"]
+    r = cli(*common)
+    assert r.returncode == 0 and "s3cretPW" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    client, runs = runs_of(mlflow_server, "sweepcreds")
+    (parent,) = [x for x in runs if x.data.tags.get("sweep_role") == "parent"]
+    assert parent.data.params["tracking.uri"] == uri.replace("s3cretPW", "***")
+    for run in runs:
+        assert "s3cretPW" not in str(run.data.params) + str(run.data.tags) + run.info.run_name, run.info.run_name
+    logged = client.download_artifacts(parent.info.run_id, "multirun.yaml", str(tmp_path))
+    assert "alice:***@" in Path(logged).read_text() and "s3cretPW" not in Path(logged).read_text()
+    assert "s3cretPW" not in (sweep / "deepen_sweep.json").read_text()
+    assert json.loads((sweep / "deepen_sweep.json").read_text())["uri"] == uri.replace("s3cretPW", "***")
+    # The file's masked URI is not what the next attempt uses: a resume reaches the store and its parent.
+    r = cli(*common, "resume=auto")
+    assert r.returncode == 0 and "s3cretPW" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    assert f"parent run {parent.info.run_id}" in r.stdout
 
 
 def test_a_second_launcher_of_one_sweep_is_refused_before_any_work(glue_dir, tmp_path):

@@ -3,7 +3,8 @@ checkpoints hold only safetensors and weights_only-loadable state."""
 import torch
 
 from conftest import make_cfg
-from deepen_run.config.redact import MASK, public_config
+from deepen_run.config.redact import public_config
+from deepen_run.masking import MASK
 from deepen_run.tracking.store import flatten
 
 

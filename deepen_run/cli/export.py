@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from deepen_run.errors import UserError  # noqa: E402
+from deepen_run.errors import UserError, fail_with  # noqa: E402
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -31,10 +30,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             else "deepen_run.load (see its README.md for why)"
         print(f"exported to {dest}: loads with {how}")
     except UserError as e:
-        from deepen_run.util import one_line
-
-        print(f"deepen-export: error: {one_line(str(e))}", file=sys.stderr)
-        sys.exit(e.exit_code)
+        fail_with(e, prog="deepen-export")
 
 
 if __name__ == "__main__":

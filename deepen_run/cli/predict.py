@@ -16,7 +16,7 @@ from typing import Optional
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from deepen_run.errors import UserError  # noqa: E402
+from deepen_run.errors import UserError, fail_with  # noqa: E402
 
 EXAMPLES = """Examples:
   deepen-predict --run <run id> "a gorgeous, witty film"
@@ -81,10 +81,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if a.out is not None:
             print(f"wrote {len(preds)} predictions to {a.out}", file=sys.stderr)
     except UserError as e:
-        from deepen_run.util import one_line
-
-        print(f"deepen-predict: error: {one_line(str(e))}", file=sys.stderr)
-        sys.exit(e.exit_code)
+        fail_with(e, prog="deepen-predict")
 
 
 if __name__ == "__main__":

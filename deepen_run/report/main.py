@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepen_run.report import contrasts as rc
-from deepen_run.errors import UserError
+from deepen_run.errors import UserError, fail
 from deepen_run.data.glue import TASKS
 from deepen_run.report.output import seeds_csv, to_csv, to_markdown  # noqa: F401 (part of this module's API)
 from deepen_run.report.table import build, finish, load_runs, task_value, to_json  # noqa: F401 (likewise)
@@ -192,7 +192,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         only = _parse_tasks(a.tasks) if a.tasks else None
         if a.only_contrasts and not a.contrast:
             raise UserError("--only-contrasts needs at least one --contrast A:B")
-        from deepen_run.config.redact import mask_uri
+        from deepen_run.masking import mask_uri
 
         if a.from_csv:
             if a.submission or a.register:
@@ -251,8 +251,7 @@ def main(argv: Optional[list[str]] = None) -> None:
 
             print(register(a.uri, runs, table, a.register, a.row), file=info)
     except UserError as e:
-        print(f"deepen-report: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        fail(str(e), 2, prog="deepen-report")
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ class SignalGuard:
 
 def provenance() -> dict[str, str]:
     """Tags that say what produced the numbers: library versions, git commit, host and process."""
-    from deepen_run.config.redact import mask_string, secret_env_values
+    from deepen_run.masking import mask_string, secret_env_values
     from deepen_run.tracking.store import git_commit
 
     command = mask_string(" ".join(sys.argv), secret_env_values())[:4000]  # an override may hold a password

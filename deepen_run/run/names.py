@@ -87,7 +87,7 @@ def run_name(cfg, omit=()) -> str:
     """tracking.run_name, else the default name above; `omit`: dotted keys not to say (a sweep's
     swept keys, said before the name)."""
     if cfg.tracking.run_name:  # a sweep child's name holds its overrides: a secret in one stays out
-        from deepen_run.config.redact import mask_string, secret_env_values
+        from deepen_run.masking import mask_string, secret_env_values
 
         return mask_string(cfg.tracking.run_name, secret_env_values())
     opts = method_options(cfg, omit)

@@ -50,7 +50,8 @@ def saved_config(home: Path) -> Optional[Path]:
 def save_run_config(home: Optional[Path], cfg) -> None:
     """Called when a new run starts (never on a resume): what every later resume reads."""
     if home is not None:
-        from deepen_run.config.redact import scrub, secret_env_values
+        from deepen_run.config.redact import scrub
+        from deepen_run.masking import secret_env_values
 
         tmp = home / f".{RUN_CONFIG}.tmp"  # no secret on disk: a resume takes them from its own command
         plain = scrub(plain_config(cfg, keep_resume=True), secret_env_values())
@@ -67,7 +68,8 @@ def current_dir() -> Optional[Path]:
 def plain_config(cfg, keep_resume: bool = False) -> dict:
     """The config as compared between attempts: unresolved, secrets masked on both sides (the saved
     run_config.yaml holds them masked)."""
-    from deepen_run.config.redact import scrub, secret_env_values
+    from deepen_run.config.redact import scrub
+    from deepen_run.masking import secret_env_values
 
     d = OmegaConf.to_container(cfg, resolve=False)
     if not keep_resume:

@@ -19,7 +19,7 @@ def read_run_file(home: Path) -> dict:
 
 
 def write_run_file(home: Optional[Path], run_id: str, uri: str, experiment: str, status: str = "RUNNING") -> None:
-    from deepen_run.config.redact import mask_uri
+    from deepen_run.masking import mask_uri
 
     if home is not None and run_id:  # a record on disk: no user:password@'s password
         tmp = home / f".{RUN_FILE}.tmp"  # then renamed: a full disk leaves the old run.json, never half of one

@@ -19,7 +19,7 @@ def ui_hint(uri: str) -> tuple[str, str]:
     """(UI base URL, how to start it) for a tracking URI; never a user:password@'s password."""
     import shlex
 
-    from deepen_run.config.redact import mask_uri
+    from deepen_run.masking import mask_uri
 
     if uri.startswith("http://") or uri.startswith("https://"):
         return mask_uri(uri).rstrip("/"), "the tracking server"
@@ -33,7 +33,7 @@ def store_args(uri: str, experiment: Optional[str] = None, flag: str = "--uri") 
     the defaults: copied as printed, the command must find the run."""
     import shlex
 
-    from deepen_run.config.redact import mask_uri
+    from deepen_run.masking import mask_uri
     from deepen_run.config.schema import TrackingConfig
 
     out = f" {flag} {shlex.quote(mask_uri(uri))}" if uri != DEFAULT_STORE else ""

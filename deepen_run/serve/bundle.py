@@ -64,7 +64,7 @@ def model_config(cfg) -> dict:
     """The run's resolved config as the model folder keeps it: without tracking.* and resume (where
     outputs went), secrets' values masked in every string. Not redact.public_config: it masks by key
     name, and backbone.pad_token_id is a number the model is rebuilt from, not a token."""
-    from deepen_run.config.redact import mask_string, secret_env_values
+    from deepen_run.masking import mask_string, secret_env_values
 
     secrets = secret_env_values()
 

@@ -22,8 +22,9 @@ from typing import Optional
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
+from deepen_run.masking import mask_override
 from deepen_run.sweep import summary as sweep_summary
-from deepen_run.errors import UserError
+from deepen_run.errors import UserError, fail_with
 from deepen_run.sweep.jobs import SWEEP_FILE
 from deepen_run.sweep.outcomes import read_outcomes, write_json
 
@@ -40,15 +41,16 @@ def count_jobs(config) -> Optional[int]:
 
 
 def sweep_params(config) -> dict[str, str]:
-    """The sweep's overrides as params of the parent: `seed` = `1,2,3,4` sits in the seed column."""
-    task = [str(o) for o in config.hydra.overrides.task]
-    space = [f"{k}={v}" for k, v in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items()]
+    """The sweep's overrides as params of the parent: `seed` = `1,2,3,4` sits in the seed column.
+    Secrets masked: the params, the run note's command and deepen_sweep.json all come from here."""
+    task = [mask_override(str(o)) for o in config.hydra.overrides.task]
+    space = [mask_override(f"{k}={v}") for k, v in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items()]
     out = {}
     for o in space + task:  # the command line's value of a key wins over the preset's, as in Hydra
         key, _, value = o.partition("=")
         out[key.lstrip("+~")] = value
     out["sweep.overrides"] = shlex.join(task)  # quoted as a shell takes them: the note's command pastes
-    out["sweep.hydra_overrides"] = shlex.join(str(o) for o in config.hydra.overrides.hydra)
+    out["sweep.hydra_overrides"] = shlex.join(mask_override(str(o)) for o in config.hydra.overrides.hydra)
     return out
 
 
@@ -60,8 +62,7 @@ class SweepCallback(Callback):
         try:
             self.launch = open_sweep(config)
         except UserError as e:  # every job's config, the store, the sweep's identity: before anything runs
-            print(f"deepen-run: error: {e}", file=sys.stderr)
-            sys.exit(2)
+            fail_with(e)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         launch = getattr(self, "launch", None)
@@ -81,8 +82,12 @@ def open_sweep(config):
     from deepen_run.sweep.resume import check_same, hold, jobs_of, previous, reopen
     from deepen_run.tracking.store import Tracker
 
+    from deepen_run.config.redact import mask_logs
+
+    mask_logs()  # Hydra's launcher logs each job's overrides
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
     params, jobs = sweep_params(config), jobs_of(config)
+    jobs = [[mask_override(o) for o in job] for job in jobs] if jobs is not None else None  # as written to deepen_sweep.json
     old = previous(sweep_dir)  # a sweep dir holds one sweep: continued with resume=auto, else refused
     lock = None
     if old is not None:
@@ -100,8 +105,8 @@ def open_sweep(config):
     tags = {"sweep_role": "parent", "sweep_dir": str(sweep_dir), "launcher": target("hydra.launcher._target_"),
             "sweeper": target("hydra.sweeper._target_")} \
         | {k: v for k, v in provenance().items() if k in ("pid", "host", "command", "git_commit")}
-    if old is not None:
-        info = old | {"launcher_pid": os.getpid(), "attempt": old.get("attempt", 1) + 1}
+    if old is not None:  # the file holds the store's URI masked: this command's is the one to use
+        info = old | {"uri": uri, "launcher_pid": os.getpid(), "attempt": old.get("attempt", 1) + 1}
         first_step = reopen(old, tracker, tags | {"sweep_id": old["sweep_id"]})
     else:
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
@@ -110,8 +115,9 @@ def open_sweep(config):
         info = {"sweep_id": sweep_id, "parent_run_id": parent, "uri": uri, "experiment": experiment, "n_jobs": n,
                 "dir": str(sweep_dir), "params": params, "jobs": jobs, "launcher_pid": os.getpid(), "attempt": 1}
         first_step = 0
-    write_json(sweep_dir / SWEEP_FILE, info)
-    from deepen_run.config.redact import mask_uri
+    from deepen_run.masking import mask_uri
+
+    write_json(sweep_dir / SWEEP_FILE, info | {"uri": mask_uri(uri)})
 
     again = f"; attempt {info['attempt']}, continuing the interrupted sweep" if old is not None else ""
     print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "

@@ -79,7 +79,10 @@ class SweepJob:
         # From the job's start: a signal while it loads ends it KILLED too. In a worker of the launcher a
         # repeated signal is the launcher's copy of the first (lifecycle.SignalGuard).
         signals = SignalGuard(repeats_are_copies=bool(launcher) and os.getppid() == launcher).install()
-        write_json(self.jobs / f"{self.num}.start.json", {"overrides": self.overrides, "pid": os.getpid(),
+        from deepen_run.masking import mask_override
+
+        write_json(self.jobs / f"{self.num}.start.json", {"overrides": [mask_override(o) for o in self.overrides],
+                                                           "pid": os.getpid(),
                                                            "home": str(current_dir())})
         if launcher == os.getpid():  # the launcher's watcher leaves this process's jobs to say it
             print(start_line(self.num, self.info["n_jobs"], self.overrides), flush=True)

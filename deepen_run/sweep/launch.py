@@ -19,6 +19,7 @@ import atexit
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -198,9 +199,28 @@ class Launch:
                                              f"{c.pending} not started"})
         elif c.finished < c.n:
             tracker.set_tags({"sweep_failed": f"{c.n - c.finished} of {c.n} jobs failed: " + c.which()})
-        for name in ("multirun.yaml", "optimization_results.yaml"):
-            if (self.dir / name).is_file():
-                tracker.log_file(str(self.dir / name))
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in ("multirun.yaml", "optimization_results.yaml"):
+                if (self.dir / name).is_file():
+                    tracker.log_file(scrubbed_yaml(self.dir / name, Path(tmp)))
         tracker.end(status)
         print(f"[sweep {info['sweep_id']}] {c.line()}; parent run {info['parent_run_id']} {status}", flush=True)
         return status, c
+
+
+
+def scrubbed_yaml(path: Path, folder: Path) -> str:
+    """A copy in `folder`, under the same name, of Hydra's record of the sweep with its secrets masked:
+    it holds the config and every override (a password in tracking.uri too)."""
+    from omegaconf import OmegaConf
+
+    from deepen_run.config.redact import scrub
+    from deepen_run.masking import mask_override, secret_env_values
+
+    plain = scrub(OmegaConf.to_container(OmegaConf.load(path), resolve=False), secret_env_values())
+    overrides = (plain.get("hydra") or {}).get("overrides") or {}
+    for kind, given in overrides.items():  # `key=value` strings: masked by their key too
+        if isinstance(given, list):
+            overrides[kind] = [mask_override(str(o)) for o in given]
+    (folder / path.name).write_text(OmegaConf.to_yaml(OmegaConf.create(plain)))
+    return str(folder / path.name)

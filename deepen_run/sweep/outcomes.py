@@ -40,7 +40,9 @@ def _read(sweep_dir: Path, suffix: str) -> dict[int, dict]:
 
 
 def start_line(num: int, n: Optional[int], overrides: list[str]) -> str:
-    return f"[job {num + 1}/{n if n is not None else '?'}] started: {' '.join(overrides)}"
+    from deepen_run.masking import mask_override  # a password in tracking.uri, say: printed as ***
+
+    return f"[job {num + 1}/{n if n is not None else '?'}] started: {' '.join(map(mask_override, overrides))}"
 
 
 def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts=None) -> None:

@@ -17,7 +17,7 @@ import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from deepen_run.config.redact import mask_string, mask_uri, secret_env_values
+from deepen_run.masking import mask_string, mask_uri, secret_env_values
 from deepen_run.errors import UserError
 from deepen_run.tracking.connect import (  # noqa: F401 (has_schema, create_schema_once: this module's API)
     create_schema_once, get_experiment_id, has_schema, health, prepare_store)
