@@ -260,6 +260,36 @@ def test_a_damaged_tokenization_cache_file_is_rebuilt_with_one_warning(glue_dir,
     assert from_cache(str(files[0])) is not None  # rebuilt whole
 
 
+def test_a_tokenizer_changed_in_its_folder_is_not_served_stale_tokens(glue_dir, tmp_path):
+    """The cache is keyed by what the tokenizer does, not its path: the same folder, rewritten with
+    lower-casing off, tokenizes anew (was: the lower-cased tokens of the first run, silently)."""
+    import json
+
+    from conftest import make_cfg
+    from deepen_run.data.glue import TASKS
+    from deepen_run.data.loaders import load_task
+    from deepen_run.model.backbone import load_tokenizer
+    from transformers import AutoTokenizer
+
+    cfg = make_cfg("backbone=minilm", "task=rte", f"data.glue_dir={glue_dir}", f"data.cache_dir={tmp_path}/cache",
+                   "data.max_train_samples=8", "data.max_eval_samples=8", "data.max_seq_length=32")
+    folder = tmp_path / "tok"
+    load_tokenizer(cfg.backbone).save_pretrained(folder)
+
+    def dev_ids():
+        tok = AutoTokenizer.from_pretrained(folder)
+        return tok, load_task(TASKS["rte"], cfg.data, tok, 1, with_train=False).dev["rte"][0]["input_ids"]
+
+    _, lowered = dev_ids()
+    for name, where in (("tokenizer.json", ("normalizer", "lowercase")), ("tokenizer_config.json", ("do_lower_case",))):
+        spec = json.loads((folder / name).read_text())
+        (spec[where[0]] if len(where) == 2 else spec)[where[-1]] = False  # lower-casing off, both ways of saying it
+        (folder / name).write_text(json.dumps(spec))
+    tok, cased = dev_ids()
+    assert tok.decode(cased) != tok.decode(lowered) and "[UNK]" in tok.decode(cased)  # "As" is not in the vocab
+    assert len(list((tmp_path / "cache").glob("rte-dev-*.arrow"))) == 2
+
+
 def test_an_unusable_cache_dir_is_one_line_before_any_weights_load(glue_dir, tmp_path):
     """data.cache_dir under a file (root too), and one without write permission (a non-root user only:
     root's os.access passes; the probe file covers a read-only mount): one line, exit 2."""

@@ -7,6 +7,7 @@ with its line number) or the Hugging Face Hub's nyu-mll/glue.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -71,10 +72,26 @@ def train_size(n: int, fraction: Optional[float], cap: Optional[int]) -> int:
     return n if cap is None else min(n, cap)
 
 
+def tokenizer_key(tokenizer) -> str:
+    """What decides the tokens, not where the tokenizer came from: a folder overwritten with another
+    tokenizer, another Hub revision or a changed option (lower-casing) tokenizes differently. A fast
+    tokenizer's own serialization (vocabulary, normalizer, pre-tokenizer, post-processor, added
+    tokens) without its truncation and padding state, which each call sets; else the vocabulary and
+    the plain loading options."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        state = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+    else:
+        options = {k: v for k, v in tokenizer.init_kwargs.items() if isinstance(v, (bool, int, float, str))
+                   and k not in ("name_or_path", "is_local", "local_files_only")}
+        state = {"vocab": sorted(tokenizer.get_vocab().items()), "options": options}
+    return hashlib.sha1(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def cache_file(cache_dir: str, tag: str, source: str, cut: str, tokenizer, max_len: int) -> str:
     """Where one split's tokenized rows are cached: keyed by the file (path and content) or Hub split,
-    the cut (fraction, cap and seed of a subset), the tokenizer and the length."""
-    key = hashlib.sha1(f"{source}|{cut}|{tokenizer.name_or_path}|{len(tokenizer)}|{max_len}|{tag}"
+    the cut (fraction, cap and seed of a subset), the tokenizer (tokenizer_key) and the length."""
+    key = hashlib.sha1(f"{source}|{cut}|{tokenizer_key(tokenizer)}|{len(tokenizer)}|{max_len}|{tag}"
                        .encode()).hexdigest()[:16]
     os.makedirs(cache_dir, exist_ok=True)
     return os.path.join(cache_dir, f"{tag}-{key}.arrow")
