@@ -48,7 +48,8 @@ def mask_uri(uri: str) -> str:
 
 def secret_env_values() -> list[str]:
     # Longest first, so a secret that contains another is masked whole; short values would mask noise.
-    vals = {v for k, v in os.environ.items() if looks_secret(k) and len(v) >= 4}
+    # PWD is the shell's working directory, not a password: masked, every path under it would read ***.
+    vals = {v for k, v in os.environ.items() if looks_secret(k) and k not in ("PWD", "OLDPWD") and len(v) >= 4}
     return sorted(vals, key=len, reverse=True)
 
 

@@ -142,8 +142,11 @@ def test_secret_names_are_words_and_a_token_id_is_not_a_secret(monkeypatch):
     for pw in ("s3cr?et", "pa#ss", "a/b"):
         assert pw not in mask_uri(f"http://alice:{pw}@127.0.0.1:5999"), pw
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # its value must not be masked everywhere
-    cfg = public_config(make_cfg("tracking.uri=http://alice:s3cretPW@127.0.0.1:5999"))
+    monkeypatch.setenv("PWD", "/home/alice/work")  # the shell's working directory: paths under it stay
+    cfg = public_config(make_cfg("tracking.uri=http://alice:s3cretPW@127.0.0.1:5999",
+                                 "data.cache_dir=/home/alice/work/outputs/cache"))
     assert cfg["tracking"]["uri"] == f"http://alice:{MASK}@127.0.0.1:5999"
+    assert cfg["data"]["cache_dir"] == "/home/alice/work/outputs/cache"
     assert cfg["backbone"]["pad_token_id"] != MASK and cfg["data"]["group_by_length"] is not MASK
 
 
