@@ -26,6 +26,7 @@ from deepen_run.data import loaders as gd
 from deepen_run.model import steps as backbone_steps
 from deepen_run.data import metrics as glue_metrics
 from deepen_run.run.fast import enable_tf32, fused_adamw_ok, make_accelerator, resolve_precision
+from deepen_run.run.checkpoint import Checkpointer
 from deepen_run.run.context import RunContext
 from deepen_run.run.lifecycle import SignalGuard
 from deepen_run.methods import METHODS
@@ -47,21 +48,17 @@ def baseline_model(cfg, tasks, init_state=None):
     return model, new_parameters(model, loaded, added)
 
 
-class _LapSaver:
-    """Stands in for train.fit's Checkpointer (fit calls on_step after every step): times each step
-    on the lap, keeps the best score, writes nothing, so the real loop runs unchanged."""
+class _LapSaver(Checkpointer):
+    """train.fit's own Checkpointer with no run dir, so it writes nothing, and each step timed on the
+    lap: the real loop and its bookkeeping run unchanged."""
 
-    def __init__(self, lap):
-        self.lap, self.best = lap, -math.inf
+    def __init__(self, lap, tcfg, accelerator, total: int):
+        super().__init__(None, tcfg, accelerator, total)
+        self.lap = lap
 
     def on_step(self, done: int) -> None:
         self.lap.step(done)
-
-    def save_best(self, model, step: int, score: float) -> None:
-        self.best = max(self.best, score)
-
-    def on_interrupt(self) -> None:
-        pass
+        super().on_step(done)
 
 
 def deepen_run(cfg, spec, tok, ordered, dev, init_state, lap, tracking_uri) -> dict:
@@ -84,12 +81,16 @@ def deepen_run(cfg, spec, tok, ordered, dev, init_state, lap, tracking_uri) -> d
     r = Recipe(cfg, ctx=ctx, method=METHODS["baseline"], model=model, optimizer=optimizer, scheduler=scheduler,
                accelerator=accelerator, tracker=tracker, sampler=sampler, streams={spec.name: loader},
                regression={spec.name: spec.is_regression}, dev={spec.name: dev_loader},
-               eval_specs={spec.name: spec}, saver=_LapSaver(lap), signals=SignalGuard(), total=tcfg.max_steps,
-               start=0)
+               eval_specs={spec.name: spec}, saver=_LapSaver(lap, tcfg, accelerator, tcfg.max_steps),
+               signals=SignalGuard(), total=tcfg.max_steps, start=0)
     torch.manual_seed(cfg.seed)
     lap.begin()
-    final = fit(r)
-    tracker.end("FINISHED")
+    status = "FAILED"
+    try:
+        final = fit(r)
+        status = "FINISHED"
+    finally:
+        tracker.end(status)  # never left RUNNING in the bench's store
     return {"dev_accuracy": final[f"eval/{spec.name}/accuracy"]}
 
 

@@ -141,3 +141,31 @@ def test_bench_profile_shares_and_limit_table_on_a_tiny_encoder():
               "achieved": lim.achieved(cpu, False, peak, 1, ("minilm",), pretrained=tiny)}
     table = lim.markdown(report)
     assert "| minilm | 1,536 |" in table and "of bf16 peak" in table and "matmuls" in table
+
+
+def test_the_bench_race_runs_deepen_runs_own_loop_to_a_finished_record(glue_dir, tmp_path):
+    """make bench's deepen-run contender is train.fit with a checkpointer that writes nothing: it must
+    keep up with what fit asks of a checkpointer (it crashed once fit read saver.extra), time every
+    chunk, and end its MLflow run FINISHED."""
+    import sys
+    from pathlib import Path
+
+    from conftest import make_cfg
+    from deepen_run.data.glue import TASKS
+    from deepen_run.data.loaders import load_task
+    from deepen_run.model.backbone import load_tokenizer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import bench_contenders as bc
+    from bench_race import Baton, Lap
+
+    cfg = make_cfg("backbone=tiny", "task=rte", f"data.glue_dir={glue_dir}", f"data.cache_dir={tmp_path}/cache",
+                   "train.max_steps=4", "train.batch_size=8", "data.max_train_samples=64", "data.max_eval_samples=16",
+                   "data.max_seq_length=32")
+    tok = load_tokenizer(cfg.backbone)
+    data = load_task(TASKS["rte"], cfg.data, tok, cfg.seed)
+    lap = Lap("deepen-run", Baton(["deepen-run"]), 2, torch.device("cpu"))
+    out = bc.deepen_run(cfg, TASKS["rte"], tok, data.train, data.dev["rte"], None, lap, f"sqlite:///{tmp_path}/b.db")
+    assert 0 <= out["dev_accuracy"] <= 1 and len(lap.times) == 2
+    (run,) = runs_of(f"sqlite:///{tmp_path}/b.db", "bench")[1]
+    assert run.info.status == "FINISHED"
