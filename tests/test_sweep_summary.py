@@ -206,3 +206,19 @@ def test_a_job_run_again_by_a_resume_counts_once(mlflow_uri):
     assert len(standing) == 2 and standing == [everyone[0], everyone[2]]
     link = sweep_summary.links(info, tracker).splitlines()[0]
     assert everyone[2] in link and everyone[1] not in link
+
+
+def test_a_sweep_of_dry_runs_over_two_keys_ends_with_its_links_and_no_figure(tmp_path, glue_dir):
+    """Dry runs finish with no eval/score: no heatmap to draw (it was a TypeError that took the
+    links with it), and the note says why there is no table instead of 'no finished job yet'."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    r = cli("-m", "dry_run=true", "method=hire", "method.gru_layers=1,2", "train.learning_rate=1e-5,2e-5",
+            *[x for x in TINY if not x.startswith("train.learning_rate")], f"data.glue_dir={glue_dir}",
+            f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr[-3000:]
+    assert "the sweep's parent" in r.stdout and "compare the children" in r.stdout
+    client, runs = runs_of(uri)
+    (parent,) = [x for x in runs if x.data.tags.get("sweep_role") == "parent"]
+    note = parent.data.tags[sweep_summary.NOTE]
+    assert "4 of 4 jobs finished" in note and "No finished job has an eval/score" in note, note
+    assert sweep_summary.FIGURE not in [a.path for a in client.list_artifacts(parent.info.run_id, "sweep")]

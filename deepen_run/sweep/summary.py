@@ -147,7 +147,8 @@ def note(info: dict, children: list[dict], table_md: Optional[str], state: str, 
                   f"The same table: `deepen-report --sweep-id {info['sweep_id']}{_store_args(info)}`. "
                   f"eval/score against the swept keys: artifact `{FIGURE}`."]
     else:
-        lines.append("No finished job yet: the results table appears here as jobs finish.")
+        lines.append("No finished job has an eval/score (a dry run has none)." if done else
+                     "No finished job yet: the results table appears here as jobs finish.")
     return "\n".join(lines + ["", f"Command: `{command(info['params'])}`"])
 
 
@@ -189,9 +190,9 @@ def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
     table = report.build([r for r in children if r["status"] == "FINISHED"])
     md = report.to_markdown(table) if table["rows"] else None
     tracker.set_tags({NOTE: note(info, children, md, state, table["tasks"])})
-    if any(r["status"] == "FINISHED" for r in children):
-        from deepen_run.sweep.figure import figure
+    from deepen_run.sweep.figure import figure, score_points
 
+    if score_points(children, []):  # a finished child with an eval/score (a dry run has none)
         tracker.log_figure(figure(children, list(swept(info["params"]))), FIGURE)
     return table if table["rows"] else None
 
