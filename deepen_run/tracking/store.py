@@ -91,8 +91,12 @@ class Tracker:
             # Its ERROR logs print whole tracebacks for what _recorded reports as one line.
             logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
             prepare_store(uri)
-            create_schema_once(uri)  # before MlflowClient(), which opens (and migrates) the store
-            self.client = MlflowClient(tracking_uri=uri)
+            try:
+                create_schema_once(uri)  # before MlflowClient(), which opens (and migrates) the store
+                self.client = MlflowClient(tracking_uri=uri)
+            except Exception as e:  # noqa: BLE001 (a database URI whose driver is not installed, say)
+                raise UserError(f"tracking.uri={self.shown}: cannot open the store ({hide(first_line(e, 200))}); "
+                                "install its database driver, or use the default local store") from e
 
     def check(self) -> None:
         """Reach the store now: better to fail at start than after an hour of training.
