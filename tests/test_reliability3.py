@@ -54,7 +54,8 @@ def test_make_clean_never_follows_a_link_and_reads_inside_our_folders(tmp_path, 
     ours = {"runs/d/t1/run.json": "{}", "runs/d/t1/data_fingerprint.json": "{}", "runs/d/t1/run_config.yaml": "",
             "runs/d/t1/.hydra/config.yaml": "", "runs/d/t1/checkpoints/best/model.safetensors": "w",
             "runs/d/t2/run.json": "{}", "runs/d/t2/checkpoints/best/my_notes.txt": "user",
-            "runs/d/t3/run.json": "{}", "runs/d/t3/.hydra/todo.txt": "user", "mlflow.db": ""}
+            "runs/d/t3/run.json": "{}", "runs/d/t3/.hydra/todo.txt": "user", "mlflow.db": "",
+            "study-floor/sweeps.json": "{}", "study-s3/pilot/report.md": "", "bench/bench.json": "{}"}
     for name, text in ours.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(text)
@@ -68,6 +69,7 @@ def test_make_clean_never_follows_a_link_and_reads_inside_our_folders(tmp_path, 
     said = capsys.readouterr().out
     assert _files(mine) == {"mycache/my_dataset.arrow", "myrun/notes.txt", "myartifacts/a.bin"}
     assert not (out / "runs/d/t1").exists() and not (out / "mlflow.db").exists()
+    assert not any((out / name).exists() for name in ("study-floor", "study-s3", "bench"))  # the scripts' outputs
     assert (out / "runs/d/t2/checkpoints/best/my_notes.txt").is_file() and (out / "runs/d/t3/.hydra/todo.txt").is_file()
     assert (out / "runs/d/t4/checkpoints").is_symlink()
     assert (out / "cache").is_symlink() and (out / "runs/d/linked").is_symlink() and (out / "mlartifacts").is_symlink()

@@ -61,7 +61,7 @@ def _only_ours(folder: Path) -> bool:
 
 
 # make clean / clean-all: what deepen-run and its scripts write under outputs/; anything else stays.
-STORE = ("mlflow.db", "mlflow.db.lock", "mlartifacts", "study", "bench")
+STORE = ("mlflow.db", "mlflow.db.lock", "mlartifacts", "study", "study-floor", "study-s3", "bench")  # scripts/study.py --out
 
 
 def clean(outputs: Path, store: bool = False) -> list[Path]:
