@@ -42,3 +42,20 @@ def test_sigterm_stops_the_server(tmp_path):
     while listening(port) and time.time() < deadline:
         time.sleep(0.2)
     assert not listening(port), f"something still listens on {port} after SIGTERM"
+
+
+def test_a_port_in_use_or_not_a_port_is_one_line_and_no_links(tmp_path):
+    """The links `make ui` prints must lead to its own server: a port another process holds is
+    refused before the server starts (was: 'MLflow UI is up' with links to the other server), as is
+    a UI_PORT that is not a port (was: a traceback and exit 0)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        for given, code, culprit in ((str(port), 1, f"port {port} is not free"), ("abc", 2, "UI_PORT=abc is not a port"),
+                                     ("99999", 2, "UI_PORT=99999 is not a port")):
+            r = subprocess.run([sys.executable, "-m", "deepen_run.tracking.ui", f"sqlite:///{tmp_path}/mlflow.db",
+                                str(tmp_path / "art"), given], capture_output=True, text=True, timeout=HANG)
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode == code and len(lines) == 1 and culprit in lines[0], (given, r.stderr[-2000:])
+            assert "MLflow UI is up" not in r.stdout

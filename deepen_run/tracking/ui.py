@@ -29,6 +29,8 @@ import sys
 import time
 import urllib.request
 
+from deepen_run.errors import fail
+
 KIND = ("mlflow.experimentKind", "custom_model_development")
 VIEW = "deepen-run"  # the share key
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
@@ -95,6 +97,14 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     # MLflow 3's server job runner (background jobs of its GenAI features, a pool of huey worker processes)
     # serves nothing this UI shows: off unless the user turns it on, so the UI starts and idles lighter.
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    import socket
+
+    with socket.socket() as probe:  # else the links printed below would lead to whatever holds the port
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as e:
+            fail(f"port {port} is not free ({e.strerror}): another server holds it; pick another with "
+                 f"make ui UI_PORT=<port>", 1, prog="make ui")
     proc = subprocess.Popen(cmd, start_new_session=True, env=env)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -105,7 +115,7 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
             except OSError:
                 time.sleep(0.5)
         if proc.poll() is not None:
-            return proc.returncode
+            return proc.returncode or 1  # it exited before it answered: not a success
         client = MlflowClient(store)
         print(f"\nMLflow UI is up: {shown}  (Ctrl-C stops it; {base} works too, with MLflow's Assistant panel)")
         for name in experiments:
@@ -144,5 +154,11 @@ def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> int:
     return proc.wait()
 
 
+def port_of(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        fail(f"UI_PORT={text} is not a port: give a number from 1 to 65535", 2, prog="make ui")
+    return int(text)
+
+
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    sys.exit(serve(sys.argv[1], sys.argv[2], port_of(sys.argv[3])))
