@@ -44,3 +44,27 @@ def test_the_parent_note_starts_with_every_row_in_one_short_paragraph():
                           "**#2** hire gru_layers=1: **42.2 ± 2.2**, Δ -9.6 [-20.1, 0.9] (n 2) · "
                           "**#3** hire gru_layers=2: **50.0 ± 8.8**, Δ -1.8 (n 1)")
     assert TABLE.strip() in note  # the whole table and its footnotes after "Show more"
+
+
+def test_a_note_too_long_for_a_tag_points_to_the_whole_table_instead_of_losing_rows(tmp_path):
+    """MLflow stores a tag of 8,000 characters at most: a sweep of many rows keeps its note whole by
+    naming where the table is, rather than a table cut mid-row (was: 5,000 characters, the last rows
+    and the command lost unsaid)."""
+    from deepen_run.run.summary import DEFAULT_STORE
+    from deepen_run.sweep import summary
+    from deepen_run.tracking.store import TAG_LIMIT, Tracker
+
+    head, row = TABLE.splitlines()[:2], TABLE.splitlines()[3]
+    big = "\n".join(head + [row.replace("| 2 |", f"| {i} |", 1) for i in range(2, 120)]) + "\n"
+    info = {"sweep_id": "S", "n_jobs": 120, "params": {"sweep.overrides": "seed=1,2"}, "uri": DEFAULT_STORE,
+            "experiment": "deepen-run"}
+    assert TAG_LIMIT == 8000
+    note = summary.note(info, [], big, "FINISHED", ["rte"])
+    assert len(note) <= TAG_LIMIT and "report/results.md" in note and "deepen-report --sweep-id S" in note
+    assert note.endswith("Command: `deepen-run -m seed=1,2`"), note[-200:]
+    assert summary.note(info, [], TABLE, "FINISHED", ["rte"]).count("| 3 | tiny |") == 1  # a short table stays whole
+    tracker = Tracker(f"sqlite:///{tmp_path}/m.db", "notes")
+    tracker.start("long", {})
+    tracker.set_tags({summary.NOTE: "x" * 7000})
+    assert len(tracker.client.get_run(tracker.run_id).data.tags[summary.NOTE]) == 7000
+    tracker.end("FINISHED")

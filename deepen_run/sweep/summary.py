@@ -149,7 +149,17 @@ def note(info: dict, children: list[dict], table_md: Optional[str], state: str, 
     else:
         lines.append("No finished job has an eval/score (a dry run has none)." if done else
                      "No finished job yet: the results table appears here as jobs finish.")
-    return "\n".join(lines + ["", f"Command: `{command(info['params'])}`"])
+    from deepen_run.tracking.store import TAG_LIMIT
+
+    tail = ["", f"Command: `{command(info['params'])}`"]
+    text = "\n".join(lines + tail)
+    if len(text) <= TAG_LIMIT:
+        return text
+    # Too long for a tag: MLflow would refuse it, and a cut table loses its last rows unsaid.
+    head = lines[0] if len(lines[0]) < TAG_LIMIT // 2 else lines[0][:TAG_LIMIT // 2] + " …"
+    return "\n".join([head, "", "The whole table is too long for a run note: the artifact `report/results.md` "
+                      f"(written at the sweep's end), or `deepen-report --sweep-id {info['sweep_id']}"
+                      f"{_store_args(info)}`.", *tail])[:TAG_LIMIT]
 
 
 def command(params: dict[str, str]) -> str:

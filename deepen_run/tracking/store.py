@@ -16,6 +16,7 @@ from typing import Any, Optional
 import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
+from mlflow.utils.validation import MAX_TAG_VAL_LENGTH as TAG_LIMIT  # the longest tag value MLflow stores
 
 from deepen_run.masking import mask_string, mask_uri, secret_env_values
 from deepen_run.errors import UserError
@@ -193,7 +194,7 @@ class Tracker:
     def set_tags(self, tags: dict[str, str]) -> None:
         if self.enabled:
             for k, v in tags.items():
-                self.client.set_tag(self.run_id, k, str(v)[:5000])
+                self.client.set_tag(self.run_id, k, str(v)[:TAG_LIMIT])
 
     @_recorded
     def log_text(self, text: str, path: str) -> None:
