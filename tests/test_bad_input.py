@@ -156,6 +156,7 @@ CASES = [
                  "multiple of method.num_heads=5", marks=needs("pals"), id="pals-sizes"),
     ("unknown-task-in-list", ["task.names=[sst2,nope]"], "'nope'"),
     ("unreachable-tracking", ["tracking.uri=http://127.0.0.1:1"], "http://127.0.0.1:1"),
+    ("empty-glue-dir", ["data.glue_dir="], "data.glue_dir is empty"),  # was: the current folder, read as GLUE
     # no driver installed (or none listening): one line, the password masked, not a traceback
     ("database-store", ["tracking.uri=postgresql://u:s3cret@127.0.0.1:1/db"], "u:***@127.0.0.1:1/db: cannot open"),
     ("offline-backbone", ["backbone=roberta_base"], "FacebookAI/roberta-base"),

@@ -35,6 +35,9 @@ def check_glue_dir(glue_dir: Optional[str], specs: list[TaskSpec], need_train: b
                             f"cache ({ds_config.HF_DATASETS_CACHE}); set DEEPEN_GLUE_DIR or data.glue_dir=<folder "
                             "of GLUE TSVs>")
         return
+    if not str(glue_dir).strip():  # DEEPEN_GLUE_DIR= (set, empty): Path("") would read the current folder
+        raise UserError("data.glue_dir is empty (is DEEPEN_GLUE_DIR set to nothing?): give the folder of GLUE "
+                        "TSVs, or unset it to use the Hugging Face Hub")
     root = Path(glue_dir)
     hint = "point it (or DEEPEN_GLUE_DIR) at a folder of GLUE TSVs (<TASK>/train.tsv, dev.tsv), or unset it to use the Hub"
     if root.exists() and not root.is_dir():
