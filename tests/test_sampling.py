@@ -78,3 +78,16 @@ def test_a_fraction_keeps_schedules_non_uniform_where_a_cap_flattens_them(name):
         assert max(p, key=p.get) == "sst2" and min(p, key=p.get) == "rte"
         # The same probabilities as the full data's, up to rounding of the subsample sizes.
         assert p == pytest.approx(probabilities(cfg, SIZES, epoch, 5), abs=2e-3)
+
+
+def test_a_large_alpha_gives_the_limit_not_an_overflow():
+    """p_i ∝ N_i ** alpha with |alpha| large: N ** 200 overflows a float (was an OverflowError after the
+    model had loaded); the same ratios taken in logs give the limit, all on the largest task (or, for
+    a large negative alpha, the smallest)."""
+    big = sched("proportional")
+    for alpha, task in ((200.0, max(SIZES, key=SIZES.get)), (-400.0, min(SIZES, key=SIZES.get))):
+        big.alpha = alpha
+        p = probabilities(big, SIZES, 1, 5)
+        assert math.isclose(sum(p.values()), 1.0) and p[task] == pytest.approx(1.0), (alpha, p)
+    big.alpha = 1.0  # an ordinary alpha keeps its exact powers
+    assert probabilities(big, SIZES, 1, 5) == {t: n / sum(SIZES.values()) for t, n in SIZES.items()}

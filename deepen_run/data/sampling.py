@@ -23,7 +23,13 @@ def probabilities(cfg, sizes: dict[str, int], epoch: int, total_epochs: int) -> 
     if cfg.kind == "round_robin":
         return {t: 1 / len(sizes) for t in sizes}
     alpha = alpha_at(cfg, epoch, total_epochs)
-    w = np.array([float(n) ** alpha for n in sizes.values()])
+    try:
+        w = np.array([float(n) ** alpha for n in sizes.values()])
+    except OverflowError:
+        w = np.zeros(0)
+    if not (w.size and np.isfinite(w.sum()) and w.sum() > 0):  # a large |alpha|: the same ratios, in logs
+        z = alpha * np.log([float(n) for n in sizes.values()])
+        w = np.exp(z - z.max())
     return dict(zip(sizes, (w / w.sum()).tolist()))
 
 
