@@ -56,3 +56,14 @@ def test_keys_added_later_at_their_default_share_a_row_with_runs_logged_before_t
                                                            "train.early_stopping_threshold": "0.0"}}
     decayed = {"tags": old["tags"], "params": new["params"] | {"train.layer_decay": "0.9"}}
     assert key_of(old) == key_of(new) != key_of(decayed)
+
+
+def test_a_schedule_changed_by_an_override_says_so_in_its_name_and_tag():
+    """schedule.alpha=0.8 on `proportional` draws otherwise than proportional: the name and the
+    `schedule` tag (the runs table's column, the report's rows) say what changed; a preset as it
+    ships keeps its plain name."""
+    for given, shown in (([], "proportional"), (["schedule.alpha=0.8"], "proportional(alpha=0.8)"),
+                         (["schedule=annealed", "schedule.alpha_end=0.5"], "annealed(alpha_end=0.5)"),
+                         (["schedule=round_robin"], "round_robin"), (["schedule=sqrt"], "sqrt")):
+        cfg = make_cfg("task.names=[sst2,rte]", *given)
+        assert tags_for(cfg)["schedule"] == shown and run_name(cfg).endswith(f"-sst2+rte-{shown}-s42"), given

@@ -83,6 +83,20 @@ def backbone_part(cfg, omit=()) -> str:
     return out
 
 
+def schedule_name(s) -> str:
+    """schedule.name, with what an override changed from its preset (conf/schedule/<name>.yaml) said:
+    `proportional(alpha=0.8)` draws otherwise than `proportional`, and the name and tag must say so."""
+    from deepen_run.config.schema import ROOT
+
+    f = ROOT / "conf" / "schedule" / f"{s.name}.yaml"
+    if not f.is_file():
+        return str(s.name)  # a schedule of the user's own, named by them
+    preset = OmegaConf.load(f)
+    used = {"power": ("kind", "alpha"), "annealed": ("kind", "alpha", "alpha_end")}.get(_value(s.kind), ("kind",))
+    changed = [f"{k}={_value(s[k])}" for k in used if _value(s[k]) != _value(preset.get(k, s[k]))]
+    return f"{s.name}({','.join(changed)})" if changed else str(s.name)
+
+
 def run_name(cfg, omit=()) -> str:
     """tracking.run_name, else the default name above; `omit`: dotted keys not to say (a sweep's
     swept keys, said before the name)."""
@@ -93,14 +107,14 @@ def run_name(cfg, omit=()) -> str:
     opts = method_options(cfg, omit)
     method = str(cfg.method.name) + (f"({','.join(f'{k}={v}' for k, v in opts.items())})" if opts else "")
     tasks = "+".join(cfg.task.names)
-    sched = f"-{cfg.schedule.name}" if len(cfg.task.names) > 1 else ""
+    sched = f"-{schedule_name(cfg.schedule)}" if len(cfg.task.names) > 1 else ""
     seed = "" if "seed" in omit else f"-s{cfg.seed}"
     return f"{backbone_part(cfg, omit)}-{method}-{tasks}{sched}{seed}"
 
 
 def tags_for(cfg) -> dict[str, str]:
     tags = {"backbone": cfg.backbone.name, "method": cfg.method.name, "task": "+".join(cfg.task.names),
-            "schedule": cfg.schedule.name, "seed": str(cfg.seed), "dry_run": str(bool(cfg.dry_run)).lower()}
+            "schedule": schedule_name(cfg.schedule), "seed": str(cfg.seed), "dry_run": str(bool(cfg.dry_run)).lower()}
     if list(cfg.backbone.duplicate_layers or []):  # a column that tells a duplicated backbone apart
         tags["duplicate_layers"] = _value(list(cfg.backbone.duplicate_layers))
     return tags
