@@ -375,3 +375,25 @@ def test_a_random_backbones_shape_is_checked_in_the_cheap_preflight(override, cu
     assert culprit in str(e.value)
     cheap(make_cfg("backbone=tiny", f"data.glue_dir={glue_dir}"))  # the shipped shape passes
     cheap(make_cfg("backbone=tiny", "backbone.type_vocab_size=0", f"data.glue_dir={glue_dir}"))  # DeBERTa-v3's
+
+
+def test_a_bad_row_of_the_diagnostic_set_is_refused_before_the_run(tmp_path):
+    """AX (diagnostic/diagnostic.tsv) is optional, but a file that is there and holds a bad row is
+    the user's to fix: file:line before the run, not a test set silently left out of the zip."""
+    from deepen_run.data import tsv
+    from deepen_run.data.glue import TASKS
+    from deepen_run.errors import UserError
+
+    rows = ["index\tsentence1\tsentence2\tgold_label", "0\tA man walks.\tA person moves.\tentailment",
+            "1\tA dog.\tA cat.\tcontradiction"]
+    (tmp_path / "MNLI").mkdir()
+    for stem in ("train", "dev_matched", "dev_mismatched"):
+        (tmp_path / "MNLI" / f"{stem}.tsv").write_text("\n".join(rows) + "\n")
+    for stem in ("test_matched", "test_mismatched"):
+        (tmp_path / "MNLI" / f"{stem}.tsv").write_text("\n".join(r.rsplit("\t", 1)[0] for r in rows) + "\n")
+    (tmp_path / "diagnostic").mkdir()
+    (tmp_path / "diagnostic" / "diagnostic.tsv").write_text("index\tsentence1\tsentence2\n0\tA man.\tA person.\n"
+                                                            "1\tonly one column here\n")
+    tsv.validate(str(tmp_path), [TASKS["mnli"]], test=False)  # without predict=true it is not read
+    with pytest.raises(UserError, match=r"diagnostic.tsv:3: expected 3 tab-separated columns"):
+        tsv.validate(str(tmp_path), [TASKS["mnli"]], test=True)

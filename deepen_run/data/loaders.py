@@ -185,6 +185,8 @@ def _diagnostic(dcfg, tokenizer, seed: int) -> dict[str, datasets.Dataset]:
     """AX, GLUE's diagnostic test set, where its file is present (or the Hub can give it)."""
     if dcfg.glue_dir is not None and not (Path(dcfg.glue_dir) / AX.folder / "diagnostic.tsv").is_file():
         return {}
+    if dcfg.glue_dir is not None:  # the file, checked before the run (tsv.validate): its errors are the user's
+        return load_task(AX, dcfg, tokenizer, seed, with_train=False, with_test=True).test
     try:
         return load_task(AX, dcfg, tokenizer, seed, with_train=False, with_test=True).test
     except UserError:  # the Hub unreachable: AX is optional, the leaderboard zip names it missing

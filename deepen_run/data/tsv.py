@@ -15,7 +15,7 @@ from typing import Optional
 
 from deepen_run.errors import UserError
 from deepen_run.util import hub_reachable
-from deepen_run.data.glue import TaskSpec
+from deepen_run.data.glue import AX, DIAGNOSED_BY, TaskSpec
 
 csv.field_size_limit(sys.maxsize)
 
@@ -175,3 +175,6 @@ def validate(glue_dir: Optional[str], specs: list[TaskSpec], test: bool = False)
             read_tsv(Path(glue_dir) / spec.folder / f"{stem}.tsv", spec, labelled=True)
         for stem, _ in spec.test_splits if test else ():
             read_tsv(Path(glue_dir) / spec.folder / f"{stem}.tsv", spec, labelled=False)
+        ax = Path(glue_dir) / AX.folder / "diagnostic.tsv"
+        if test and spec.name == DIAGNOSED_BY and ax.is_file():  # optional, but a bad row is still one line
+            read_tsv(ax, AX, labelled=False)
