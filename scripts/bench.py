@@ -58,7 +58,7 @@ from deepen_run.run.fast import resolve_precision  # noqa: E402
 from deepen_run.data.glue import get_tasks  # noqa: E402
 from deepen_run.methods import METHODS  # noqa: E402
 from deepen_run.model.heads import count  # noqa: E402
-from deepen_run.util import first_line  # noqa: E402
+from deepen_run.util import first_line, one_line  # noqa: E402
 
 RACE = ("deepen-run", "trainer", "trainer-pad128", "bare")
 
@@ -107,6 +107,15 @@ def parse(argv=None):
         p.error("--startup-only, --methods-only and --limit-only exclude each other")
     if a.steps % a.chunk or a.steps // a.chunk < 2:
         p.error("--steps must be a multiple of --chunk, at least two chunks")
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:  # before the long sections: a bad --backbone or --task is found in seconds, in one line
+        tasks = get_tasks(list(compose_cfg(a).task.names))
+    except (HydraException, OmegaConfBaseException) as e:
+        p.error(f"--backbone {a.backbone} --task {a.task}: {one_line(e)}")
+    if len(tasks) != 1 or tasks[0].is_regression or len(tasks[0].eval_names) != 1:
+        p.error(f"--task {a.task}: use one single-dev-set classification task (sst2, cola, mrpc, ...)")
     return a
 
 
@@ -267,9 +276,7 @@ def main(argv=None) -> dict:
 def training(a, report: dict) -> None:
     """The race, the method table and the length table, into `report`."""
     cfg = compose_cfg(a)
-    (spec,) = get_tasks(list(cfg.task.names))
-    if spec.is_regression or len(spec.eval_names) != 1:
-        raise SystemExit(f"bench: --task {a.task}: use a single-dev-set classification task (sst2, cola, mrpc, ...)")
+    (spec,) = get_tasks(list(cfg.task.names))  # one classification task with one dev set (parse)
     tsv.check_glue_dir(cfg.data.glue_dir, [spec])
     tok = bb.load_tokenizer(cfg.backbone)
     data = gd.load_task(spec, cfg.data, tok, a.seed)

@@ -169,3 +169,19 @@ def test_the_bench_race_runs_deepen_runs_own_loop_to_a_finished_record(glue_dir,
     assert 0 <= out["dev_accuracy"] <= 1 and len(lap.times) == 2
     (run,) = runs_of(f"sqlite:///{tmp_path}/b.db", "bench")[1]
     assert run.info.status == "FINISHED"
+
+
+@pytest.mark.subprocess
+def test_a_bad_bench_backbone_or_task_is_refused_before_the_long_sections():
+    """`make bench` measures for about 20 minutes before its race: a --backbone or --task it cannot
+    use is one error line at once (was a Hydra traceback after those 20 minutes)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parent.parent / "scripts" / "bench.py"
+    for args, culprit in ((["--backbone", "nosuch"], "Could not find 'backbone/nosuch'"),
+                          (["--task", "stsb"], "--task stsb: use one single-dev-set classification task")):
+        r = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2 and "bench: start-up" not in r.stdout, r.stdout[-1000:] + r.stderr[-2000:]
+        assert r.stderr.strip().splitlines()[-1].startswith("bench.py: error:") and culprit in r.stderr
