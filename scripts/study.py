@@ -359,7 +359,12 @@ def main() -> None:
     p.add_argument("--publish", type=Path, help="where each part's rule files, per-seed CSV and report are copied "
                    "(default for --study s3: docs/results/s3; none with --smoke)")
     a, extra = p.parse_known_args()
-    if a.draw_layers:
+    flags = [x for x in extra if x.startswith("-") or "=" not in x]  # the rest goes to deepen-run as overrides
+    if flags:
+        p.error(f"unrecognized arguments: {' '.join(flags)} (what is passed on to deepen-run are key=value overrides)")
+    if a.draw_layers is not None:
+        if not 1 <= a.draw_layers <= 6:
+            p.error(f"--draw-layers {a.draw_layers}: MiniLM has 6 layers; draw 1 to 6")
         print(draw_layers(a.draw_layers, a.layer_seed))
         return
     st = STUDIES[a.study]

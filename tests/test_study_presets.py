@@ -171,3 +171,19 @@ def test_the_study_prints_each_reports_command(tmp_path):
         assert q in contrasts, q
     r = subprocess.run([*study, "--command", "--part", "sched"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "needs the sweeps floor_sched" in r.stderr, r.stderr
+
+
+def test_a_mistyped_study_option_is_refused_not_passed_on_to_the_study(tmp_path):
+    """scripts/study.py passes key=value overrides on to deepen-run; a mistyped option (--costs) was
+    passed on too, so the study started and then failed with a misleading 'run it again'. And
+    --draw-layers draws 1 to 6 of MiniLM's layers (0 was ignored, 7 a traceback)."""
+    import subprocess
+    import sys
+
+    study = [sys.executable, str(ROOT / "scripts" / "study.py"), "--out", str(tmp_path / "out")]
+    for args, culprit in ((["--costs"], "unrecognized arguments: --costs"),
+                          (["--draw-layers", "0"], "--draw-layers 0: MiniLM has 6 layers"),
+                          (["--draw-layers", "7"], "--draw-layers 7: MiniLM has 6 layers")):
+        r = subprocess.run([*study, *args], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2 and culprit in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert "+ " not in r.stdout and not (tmp_path / "out").exists()  # nothing was started
