@@ -14,6 +14,8 @@ import json
 import re
 import sys
 
+from deepen_run.util import sqlite_path
+
 
 def dump(uri: str) -> dict:
     """run name -> metric -> [[step, value], ...] in step order, for every run of every experiment."""
@@ -59,6 +61,9 @@ def main() -> int:
     c.add_argument("--ignore", default=r"_s$", help="regex of metric names left out (default: wall-clock ones)")
     args = ap.parse_args()
     if args.cmd == "dump":
+        db = sqlite_path(args.uri)
+        if db is not None and not db.is_file():  # MLflow would make an empty store, and its dump compares equal
+            ap.error(f"{args.uri}: no such database")
         text = json.dumps(dump(args.uri), indent=1, sort_keys=True)
         if args.out == "-":
             print(text)
@@ -67,7 +72,10 @@ def main() -> int:
                 f.write(text)
         return 0
     with open(args.a) as fa, open(args.b) as fb:
-        diffs = compare(json.load(fa), json.load(fb), args.ignore)
+        a, b = json.load(fa), json.load(fb)
+    if not a and not b:
+        ap.error("both dumps hold no run: nothing was compared")
+    diffs = compare(a, b, args.ignore)
     print("\n".join(diffs) if diffs else "bit-identical")
     return 1 if diffs else 0
 

@@ -90,3 +90,15 @@ def test_metric_histories_dump_keeps_runs_of_one_name_apart(tmp_path):
         client.log_metric(run, "eval/score", value, step=3)
     dumped = histories.dump(uri)
     assert dumped["e/same"]["eval/score"] == [[3, 1.0]] and dumped["e/same#2"]["eval/score"] == [[3, 2.0]]
+    # A mistyped store is refused, not made empty (two empty dumps compared "bit-identical"), and two
+    # dumps without a run are no check at all.
+    import subprocess
+    import sys
+
+    script = [sys.executable, str(ROOT / "scripts" / "metric_histories.py")]
+    r = subprocess.run([*script, "dump", f"sqlite:///{tmp_path}/typo.db"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "no such database" in r.stderr and not (tmp_path / "typo.db").exists()
+    (tmp_path / "empty.json").write_text("{}")
+    r = subprocess.run([*script, "compare", *[str(tmp_path / "empty.json")] * 2], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 2 and "nothing was compared" in r.stderr and "bit-identical" not in r.stdout
