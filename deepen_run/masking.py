@@ -17,14 +17,15 @@ MASK = "***"
 SECRET_WORDS = frozenset({"pass", "password", "passwd", "pwd", "secret", "token", "apikey", "credential",
                           "credentials", "auth", "authorization"})
 NOT_SECRET_LAST = frozenset({"id", "ids", "type", "types"})  # pad_token_id: a number naming a token
-# user:password@ in a URL; the password runs to the last @ of the word (it may hold @, / or #).
-URL_PASSWORD = re.compile(r"(://[^/:@\s]+:)(\S+)(@)")
+SPECIAL_TOKENS = frozenset({"pad", "unk", "cls", "sep", "mask", "bos", "eos"})  # pad_token: a tokenizer's [PAD]
+# user:password@ in a URL; the password runs to the last @ before the host (it may hold @, # or ?).
+URL_PASSWORD = re.compile(r"(://[^/:@\s]+:)([^\s/]+)(@)")
 
 
 def looks_secret(name: str) -> bool:
     """Does this key or environment variable name look secret (by its words)?"""
     words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
-    if not words or words[-1] in NOT_SECRET_LAST:
+    if not words or words[-1] in NOT_SECRET_LAST or words[0] in SPECIAL_TOKENS:
         return False
     pairs = {" ".join(p) for p in zip(words, words[1:])}
     joined = any(w.endswith(("password", "passwd", "token", "secret")) for w in words)  # PGPASSWORD, HFTOKEN
@@ -63,4 +64,6 @@ def mask_override(override: str) -> str:
     """A `key=value` override as MLflow and our files may show it: a secret key's value, a URL's
     password and a secret environment variable's value as ***."""
     key, eq, value = override.partition("=")
-    return f"{key}{eq}{MASK if eq and looks_secret(key) else mask_string(value, secret_env_values())}"
+    if not eq:  # a plain word: a URL's password or a secret variable's value in it
+        return mask_string(override, secret_env_values())
+    return f"{key}{eq}{MASK if looks_secret(key) else mask_string(value, secret_env_values())}"

@@ -359,7 +359,7 @@ def main() -> None:
     p.add_argument("--publish", type=Path, help="where each part's rule files, per-seed CSV and report are copied "
                    "(default for --study s3: docs/results/s3; none with --smoke)")
     a, extra = p.parse_known_args()
-    flags = [x for x in extra if x.startswith("-") or "=" not in x]  # the rest goes to deepen-run as overrides
+    flags = [x for x in extra if x.startswith("-") or ("=" not in x and not x.startswith("~"))]  # the rest goes to deepen-run as overrides
     if flags:
         p.error(f"unrecognized arguments: {' '.join(flags)} (what is passed on to deepen-run are key=value overrides)")
     if a.draw_layers is not None:

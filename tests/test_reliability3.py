@@ -140,9 +140,14 @@ def test_secret_names_are_words_and_a_token_id_is_not_a_secret(monkeypatch):
     for name in ("pad_token_id", "token_type_ids", "TOKENIZERS_PARALLELISM", "max_tokens", "tokenizer", "path"):
         assert not looks_secret(name), name
     assert mask_uri("http://alice:s3c@retPW@127.0.0.1:5999/x") == f"http://alice:{MASK}@127.0.0.1:5999/x"
-    # A password urlsplit cannot find (an unencoded ? or #) is masked all the same.
-    for pw in ("s3cr?et", "pa#ss", "a/b"):
+    # A password urlsplit cannot find (an unencoded ? or #) is masked all the same; a URI without one,
+    # an @ in its path included, is left as it is.
+    for pw in ("s3cr?et", "pa#ss"):
         assert pw not in mask_uri(f"http://alice:{pw}@127.0.0.1:5999"), pw
+    for plain in ("http://localhost:5000/api@x", "https://host:8080/path@foo", "git+https://github.com/a/b@v1"):
+        assert mask_uri(plain) == plain
+    assert mask_uri("http://alice:p@ss@host/x@y") == f"http://alice:{MASK}@host/x@y"
+    assert not looks_secret("pad_token") and not looks_secret("mask_token")  # a tokenizer's special tokens
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # its value must not be masked everywhere
     monkeypatch.setenv("PWD", "/home/alice/work")  # the shell's working directory: paths under it stay
     cfg = public_config(make_cfg("tracking.uri=http://alice:s3cretPW@127.0.0.1:5999",
@@ -172,6 +177,29 @@ def test_a_uri_with_user_and_password_reaches_the_server_and_the_password_stays_
     bad = cli("backbone=tiny", "task=rte", "dry_run=true", f"data.glue_dir={glue_dir}",
               "tracking.uri=http://alice:s3cretPW@127.0.0.1:9", f"hydra.run.dir={tmp_path}/run2")
     assert bad.returncode == 2 and "s3cretPW" not in bad.stdout + bad.stderr and "not reachable" in bad.stderr
+
+
+def test_hydras_log_lines_are_masked_and_other_loggers_left_alone(monkeypatch):
+    """A sweep's launching process masks the records of Hydra's loggers (its launcher logs every
+    job's overrides), a URL's password and a secret variable's value in a plain word too; another
+    logger's record is untouched, and a record whose format does not fit its args does not raise."""
+    import logging
+
+    from deepen_run.config.redact import mask_logs
+
+    monkeypatch.setenv("MY_API_TOKEN", "tok-1234567")
+    before = logging.getLogRecordFactory()
+    try:
+        mask_logs()
+        make = logging.getLogRecordFactory()
+        hydra = make("hydra._internal.core_plugins.basic_launcher", logging.INFO, __file__, 1,
+                     "#0 : tracking.uri=%s to http://alice:pw@host with tok-1234567", ("http://alice:s3c@h",), None)
+        assert hydra.getMessage() == "#0 : tracking.uri=http://alice:***@h to http://alice:***@host with ***"
+        other = make("mine", logging.INFO, __file__, 1, "pad_token=%s tok-1234567", ("<pad>",), None)
+        assert other.getMessage() == "pad_token=<pad> tok-1234567"
+        make("hydra.x", logging.INFO, __file__, 1, "bad %s %s", (1,), None)  # logging reports it later, as ever
+    finally:
+        logging.setLogRecordFactory(before)
 
 
 def test_an_error_line_never_shows_a_password(glue_dir, tmp_path):

@@ -187,3 +187,5 @@ def test_a_mistyped_study_option_is_refused_not_passed_on_to_the_study(tmp_path)
         r = subprocess.run([*study, *args], capture_output=True, text=True, timeout=600)
         assert r.returncode == 2 and culprit in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
         assert "+ " not in r.stdout and not (tmp_path / "out").exists()  # nothing was started
+    r = subprocess.run([*study, "--draw-layers", "2", "~seed"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "[1, 4]", r.stderr[-2000:]  # a ~key deletion is an override

@@ -175,6 +175,7 @@ def run(cfg) -> list[dict]:
     from deepen_run.model import backbone as bb
     from deepen_run.data import loaders as gd
     from deepen_run.model import probe
+    from deepen_run.config.redact import public_config
     from deepen_run.tracking.store import Tracker, flatten
 
     from deepen_run.run.progress import interactive, quiet_libraries
@@ -202,7 +203,7 @@ def run(cfg) -> list[dict]:
     tracker.start(name, {"probe": "true", "backbone": cfg.backbone.name, "task": "+".join(cfg.task.names)})
     status = "FAILED"
     try:
-        tracker.log_params(flatten(OmegaConf.to_container(cfg, resolve=True)))
+        tracker.log_params(flatten(public_config(cfg)))  # secrets masked, as a run's params
         csv_rows = [{k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
         tracker.log_csv(csv_rows, "probe/redundancy.csv")
         title = f"{cfg.backbone.name} on {'+'.join(cfg.task.names)} dev ({n} examples)"

@@ -13,16 +13,22 @@ from deepen_run.masking import MASK, looks_secret, mask_override, mask_string, s
 
 
 def mask_logs() -> None:
-    """From now on, every log record of this process has its secrets masked (mask_override on each
-    word). For the launching process of a sweep: Hydra's launcher logs each job's overrides
-    (`#0 : seed=1 tracking.uri=http://alice:***@host`), through handlers it sets up anew."""
+    """From now on, the log records of Hydra and its launcher plugins in this process have their
+    secrets masked (mask_override on each word): the launching process of a sweep, where Hydra logs
+    each job's overrides (`#0 : seed=1 tracking.uri=http://alice:***@host`) through handlers it sets
+    up anew, so a filter on a handler would not stay. Other loggers' records are left as they are."""
     make = logging.getLogRecordFactory()
     if getattr(make, "masks_secrets", False):
         return
 
     def masked_record(*args, **kwargs) -> logging.LogRecord:
         record = make(*args, **kwargs)
-        text = record.getMessage()
+        if not record.name.startswith(("hydra", "hydra_plugins")):
+            return record
+        try:
+            text = record.getMessage()
+        except Exception:  # noqa: BLE001 (a format that does not fit its args: logging reports it, as ever)
+            return record
         shown = " ".join(mask_override(w) for w in text.split(" "))
         if shown != text:
             record.msg, record.args = shown, ()

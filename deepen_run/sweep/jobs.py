@@ -25,6 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from deepen_run.errors import UserError
+from deepen_run.masking import mask_override, mask_string, secret_env_values
 from deepen_run.run.lifecycle import Interrupted, SignalGuard
 from deepen_run.run.rundir import JOBS_DIR, SWEEP_FILE  # noqa: F401 (the sweep modules' names for them)
 from deepen_run.sweep.outcomes import start_line, write_json
@@ -79,8 +80,6 @@ class SweepJob:
         # From the job's start: a signal while it loads ends it KILLED too. In a worker of the launcher a
         # repeated signal is the launcher's copy of the first (lifecycle.SignalGuard).
         signals = SignalGuard(repeats_are_copies=bool(launcher) and os.getppid() == launcher).install()
-        from deepen_run.masking import mask_override
-
         write_json(self.jobs / f"{self.num}.start.json", {"overrides": [mask_override(o) for o in self.overrides],
                                                            "pid": os.getpid(),
                                                            "home": str(current_dir())})
@@ -100,7 +99,7 @@ class SweepJob:
             saved = f"checkpoint {ckpt.name} kept" if ckpt is not None else "no checkpoint saved"
             outcome = {"status": "KILLED", "name": name, "error": f"{e}; {saved}"}
         except Exception as e:  # noqa: BLE001 (any failure: record it, let the other jobs go on)
-            line = _one_line(e)
+            line = mask_string(_one_line(e), secret_env_values())  # a URI's password in the error: *** here too
             if not isinstance(e, UserError):
                 traceback.print_exc()
             print(f"deepen-run: error: job {self.num + 1}: {line}", file=sys.stderr)
@@ -176,7 +175,7 @@ class SweepJob:
                 return
             t = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
             t.start(name, tags_for(cfg) | self.tags() | {"error": error})
-            t.log_params(dict(o.partition("=")[::2] for o in self.overrides))
+            t.log_params(dict(mask_override(o).partition("=")[::2] for o in self.overrides))
             t.end("FAILED")
         except Exception as e:  # noqa: BLE001 (the store may be what failed; the outcome file still counts it)
             print(f"deepen-run: warning: could not record job {self.num + 1} in MLflow: {_one_line(e)}",

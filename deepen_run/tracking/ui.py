@@ -100,6 +100,7 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     import socket
 
     with socket.socket() as probe:  # else the links printed below would lead to whatever holds the port
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is free
         try:
             probe.bind(("127.0.0.1", port))
         except OSError as e:
