@@ -84,7 +84,7 @@ def backbone_part(cfg, omit=()) -> str:
 
 
 def schedule_name(s) -> str:
-    """schedule.name, with what an override changed from its preset (conf/schedule/<name>.yaml) said:
+    """schedule.name, with what an override changed from its preset (conf/schedule/<option>.yaml) said:
     `proportional(alpha=0.8)` draws otherwise than `proportional`, and the name and tag must say so."""
     from deepen_run.config.schema import ROOT
 
