@@ -269,14 +269,15 @@ def job_seconds(cfg) -> float:
 
 def cost_table(study: str) -> list[dict]:
     """Each part's jobs and estimated minutes on 2 idle cores (STEP_S): every job of its presets,
-    enumerated as the sweep enumerates them."""
-    from hydra import compose
+    enumerated as the sweep enumerates them (and composed as its pre-launch check does)."""
+    from deepen_run.sweep.check import composer
 
     parts = {name: part["presets"] + part.get("after_rule", []) for name, part in STUDIES[study]["parts"].items()}
     jobs = {name: [j for p in presets for j in study_jobs.sweep_jobs(p)] for name, presets in parts.items()}
     with study_jobs.conf_dir():
+        compose = composer("config")
         return [{"part": name, "presets": parts[name], "jobs": len(js),
-                 "minutes": round(sum(job_seconds(compose(config_name="config", overrides=list(j))) for j in js) / 60)}
+                 "minutes": round(sum(job_seconds(compose(list(j))) for j in js) / 60)}
                 for name, js in jobs.items()]
 
 

@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from conftest import make_cfg
 from deepen_run.config.schema import ROOT
-from deepen_run.sweep.check import job_overrides
+from deepen_run.sweep.check import composer, job_overrides
 
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "study").glob("*.yaml"))
 
@@ -25,15 +25,18 @@ def jobs(preset: str) -> list[list[str]]:
 
 
 def compose_all(job_list: list[list[str]], *extra: str) -> list:
+    """Each job's config as the sweep's pre-launch check composes it (sweep.check.composer: a setting
+    once, a copy per seed)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        return [compose(config_name="config", overrides=[*job, *extra]) for job in job_list]
+        one = composer("config")
+        return [one([*job, *extra]) for job in job_list]
 
 
 @functools.cache
 def grid(preset: str) -> list:
-    """Every job of the preset, composed once a test process (about 0.1 s a job; the presets hold
-    over a thousand). The configs are only read, and their interpolations resolve when read, so a
-    test that changes the environment (DEEPEN_STUDY_DUPLICATE_*) sees its own values."""
+    """Every job of the preset, composed once a test process (about 0.1 s a setting; the presets hold
+    over five hundred jobs). The configs are only read, and their interpolations resolve when read, so
+    a test that changes the environment (DEEPEN_STUDY_DUPLICATE_*) sees its own values."""
     return compose_all(jobs(preset))
 
 
@@ -189,3 +192,17 @@ def test_a_mistyped_study_option_is_refused_not_passed_on_to_the_study(tmp_path)
         assert "+ " not in r.stdout and not (tmp_path / "out").exists()  # nothing was started
     r = subprocess.run([*study, "--draw-layers", "2", "~seed"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "[1, 4]", r.stderr[-2000:]  # a ~key deletion is an override
+
+
+def test_the_composer_gives_each_seed_what_composing_its_job_gives():
+    """sweep.check.composer composes a setting once and sets each seed on a copy: every job's config,
+    as written and as resolved (s3_explore's random arm reads ${seed}), equals Hydra's own compose."""
+    expanded = jobs("s3_explore")
+    assert len({tuple(o for o in j if not o.startswith("seed=")) for j in expanded}) < len(expanded)
+    for job, mine in zip(expanded, grid("s3_explore"), strict=True):
+        theirs = make_cfg(*job)
+        assert OmegaConf.to_yaml(mine) == OmegaConf.to_yaml(theirs)
+        assert OmegaConf.to_yaml(mine, resolve=True) == OmegaConf.to_yaml(theirs, resolve=True)
+        assert OmegaConf.is_struct(mine) and type(mine.seed) is int
+    assert len({c.method.random_seed for c in grid("s3_explore") if c.method.name == "hire"
+                and c.method.importance == "random"}) > 1  # each seed its own draw
