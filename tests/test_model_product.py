@@ -204,18 +204,19 @@ def test_the_end_of_run_predict_hint_works_as_printed(pals):
 
 
 @pytest.mark.e2e
-def test_register_names_the_best_run_champion(hire):
+def test_register_names_the_best_run_champion(hire, capsys):
+    """deepen-report's main in this process (tests/test_report.py runs the command itself)."""
+    from deepen_run.report.main import main as report_main
+
     # A sweep's parent in the same store (no task tag) is no row's run: it once crashed --register.
     exp = hire.client.get_experiment_by_name("deepen-run").experiment_id
     parent = hire.client.create_run(exp, tags={"sweep_role": "parent", "sweep_id": "s1"}).info.run_id
     hire.client.set_terminated(parent, "FINISHED")
     try:
-        r = subprocess.run([sys.executable, "-m", "deepen_run.report.main", "--uri", hire.uri, "--register", "sst2-hire"],
-                           capture_output=True, text=True, timeout=HANG)
+        report_main(["--uri", hire.uri, "--register", "sst2-hire"])
     finally:
         hire.client.delete_run(parent)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "as sst2-hire version 1, alias champion" in r.stdout
+    assert "as sst2-hire version 1, alias champion" in capsys.readouterr().out
     mv = hire.client.get_model_version_by_alias("sst2-hire", "champion")
     assert mv.run_id == hire.run_id
     import deepen_run
@@ -223,11 +224,12 @@ def test_register_names_the_best_run_champion(hire):
     assert deepen_run.load("models:/sst2-hire@champion", tracking_uri=hire.uri).info["run_id"] == hire.run_id
     # A name an MLflow prompt holds is no model to add a version to: one line, nothing registered.
     hire.client.register_prompt("sst2-prompt", "Classify: {{text}}")
-    r = subprocess.run([sys.executable, "-m", "deepen_run.report.main", "--uri", hire.uri, "--register", "sst2-prompt"],
-                       capture_output=True, text=True, timeout=HANG)
-    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith("deepen-report: error: --register "
-                                                                            "'sst2-prompt': "), r.stderr[-2000:]
-    assert "taken by a prompt" in r.stderr
+    with pytest.raises(SystemExit) as e:
+        report_main(["--uri", hire.uri, "--register", "sst2-prompt"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.strip().splitlines()[-1].startswith("deepen-report: error: --register "
+                                                                         "'sst2-prompt': "), err[-2000:]
+    assert "taken by a prompt" in err
     assert hire.client.search_model_versions("name='sst2-prompt'") == []
 
 
