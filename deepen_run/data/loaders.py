@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -88,17 +89,24 @@ def tokenizer_key(tokenizer) -> str:
     return hashlib.sha1(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def cache_file(cache_dir: str, tag: str, source: str, cut: str, tok_key: str, max_len: int) -> str:
-    """Where one split's tokenized rows are cached: keyed by the file (path and content) or Hub split,
-    the cut (fraction, cap and seed of a subset), the tokenizer (tokenizer_key) and the length."""
-    key = hashlib.sha1(f"{source}|{cut}|{tok_key}|{max_len}|{tag}".encode()).hexdigest()[:16]
+def split_key(tag: str, source: str, cut: str, tok_key: str, max_len: int) -> str:
+    """What one split's tokenized rows are: the file (path and content) or Hub split, the cut
+    (fraction, cap and seed of a subset), the tokenizer (tokenizer_key) and the length."""
+    return hashlib.sha1(f"{source}|{cut}|{tok_key}|{max_len}|{tag}".encode()).hexdigest()[:16]
+
+
+def cache_file(cache_dir: str, tag: str, key: str) -> str:
+    """Where one split's tokenized rows are cached (key: split_key)."""
     os.makedirs(cache_dir, exist_ok=True)
     return os.path.join(cache_dir, f"{tag}-{key}.arrow")
 
 
-def tokenize(ds: datasets.Dataset, tokenizer, max_len: int, path: Optional[str], tag: str) -> datasets.Dataset:
+def tokenize(ds: datasets.Dataset, tokenizer, max_len: int, path: Optional[str], tag: str,
+             fingerprint: Optional[str] = None) -> datasets.Dataset:
     """Tokenize once, into the cache file `path` (datasets writes a temporary file and renames it,
-    so a reader sees the whole file or none); None: no cache."""
+    so a reader sees the whole file or none); None: no cache. `fingerprint` names the result for
+    datasets (split_key says what it holds; none: a random name, as datasets gives an in-memory
+    dataset): left to itself, datasets would hash the function, pickling the whole tokenizer."""
     pair = "text_b" in ds.column_names
 
     def fn(batch):
@@ -106,7 +114,8 @@ def tokenize(ds: datasets.Dataset, tokenizer, max_len: int, path: Optional[str],
         return tokenizer(*args, truncation=True, max_length=max_len)
 
     drop = [c for c in ds.column_names if c not in ("label", "idx")]
-    return ds.map(fn, batched=True, remove_columns=drop, desc=f"tokenize {tag}", cache_file_name=path)
+    return ds.map(fn, batched=True, remove_columns=drop, desc=f"tokenize {tag}", cache_file_name=path,
+                  new_fingerprint=fingerprint or uuid.uuid4().hex)
 
 
 CACHED_COLUMNS = ("label", "idx", "input_ids", "attention_mask")
@@ -158,7 +167,8 @@ def load_task(spec: TaskSpec, dcfg, tokenizer, seed: int, with_train=True, with_
         if source is None:  # a file that cannot be read: read_tsv says why, in one line
             load_raw(spec, dcfg.glue_dir, stem, hub_split, labelled)
         cut = "all" if fraction is None and limit is None else f"{fraction}|{limit}|{seed}"
-        path = cache_file(dcfg.cache_dir, tag, source, cut, tok_key, dcfg.max_seq_length) if source else None
+        key = split_key(tag, source, cut, tok_key, dcfg.max_seq_length)
+        path = cache_file(dcfg.cache_dir, tag, key) if source else None
         if path and os.path.isfile(path):
             # Tokenized before from this very content, read and validated then: memory-mapped at
             # once, instead of parsing the TSV again (0.6 s for SST-2's training set).
@@ -167,7 +177,7 @@ def load_task(spec: TaskSpec, dcfg, tokenizer, seed: int, with_train=True, with_
                 return cached
         raw = load_raw(spec, dcfg.glue_dir, stem, hub_split, labelled)
         raw = _subsample(raw, train_size(len(raw), fraction, limit), seed)
-        return tokenize(raw, tokenizer, dcfg.max_seq_length, path, tag)
+        return tokenize(raw, tokenizer, dcfg.max_seq_length, path, tag, fingerprint=key)
 
     train = get("train", "train", True, dcfg.max_train_samples, dcfg.train_fraction) if with_train else None
     dev = {name: get(stem, hub, True, dcfg.max_eval_samples)
