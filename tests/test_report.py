@@ -367,7 +367,7 @@ def git(repo, *args) -> str:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_row_of_two_commits_is_marked_and_its_footnote_names_them(tmp_path, glue_dir):
+def test_a_row_of_two_commits_is_marked_and_its_footnote_names_them(tmp_path, glue_dir, capsys):
     """The real mechanism: runs record the commit of the code they ran (git rev-parse HEAD where
     deepen_run lives). A copy of the package in a fresh git repo runs seed 1, a second commit is
     made, and the same seed and config runs again."""
@@ -389,13 +389,13 @@ def test_a_row_of_two_commits_is_marked_and_its_footnote_names_them(tmp_path, gl
         commits.append(git(code, "rev-parse", "HEAD"))
         r = cli("task=rte", "seed=1", *TINY, f"tracking.uri={uri}", env={"PYTHONPATH": str(code)})
         assert r.returncode == 0, r.stderr[-3000:]
-    rep = report_cli("--uri", uri)
-    assert rep.returncode == 0, rep.stderr[-3000:]
-    lines = rep.stdout.splitlines()
+    report.main(["--uri", uri])  # the command itself runs in test_json_contrasts_...
+    out = capsys.readouterr().out
+    lines = out.splitlines()
     assert lines[2].startswith("| 1* | tiny | baseline |")  # one row, marked
     (note,) = [ln for ln in lines if ln.startswith("* Row 1 mixes")]
     assert commits[0] in note and commits[1] in note and commits[0] != commits[1]
-    assert "Row 1: seed 1 of rte ran 2 times, same value" in rep.stdout  # the seed is shown, counted once
+    assert "Row 1: seed 1 of rte ran 2 times, same value" in out  # the seed is shown, counted once
 
 
 def test_contrasts_become_a_figure_labelled_by_what_tells_the_rows_apart(mlflow_uri, tmp_path):
