@@ -10,6 +10,7 @@ number, not a secret) and TOKENIZERS_PARALLELISM do not. docs/reliability.md, "S
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -22,6 +23,7 @@ SPECIAL_TOKENS = frozenset({"pad", "unk", "cls", "sep", "mask", "bos", "eos"})  
 URL_PASSWORD = re.compile(r"(://[^/:@\s]+:)([^\s/]+)(@)")
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the name, asked of every variable at each masking
 def looks_secret(name: str) -> bool:
     """Does this key or environment variable name look secret (by its words)?"""
     words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
