@@ -171,7 +171,6 @@ def test_the_bench_race_runs_deepen_runs_own_loop_to_a_finished_record(glue_dir,
     assert run.info.status == "FINISHED"
 
 
-@pytest.mark.subprocess
 def test_a_bad_bench_backbone_or_task_is_refused_before_the_long_sections(capsys, monkeypatch):
     """`make bench` measures for about 20 minutes before its race: a --backbone or --task it cannot
     use is one error line at once (was a Hydra traceback after those 20 minutes). bench.py's main, in
@@ -186,6 +185,12 @@ def test_a_bad_bench_backbone_or_task_is_refused_before_the_long_sections(capsys
     spec = importlib.util.spec_from_file_location("bench", scripts / "bench.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+
+    def section(*_, **__):  # a refusal that failed would go on to measure for 20 minutes in this process
+        raise AssertionError("bench.py went on to its measurements")
+
+    monkeypatch.setattr(bench.bench_startup, "measure", section)
+    monkeypatch.setattr(bench, "in_worker", section)
     for args, culprit in ((["--backbone", "nosuch"], "Could not find 'backbone/nosuch'"),
                           (["--task", "stsb"], "--task stsb: use one single-dev-set classification task")):
         with pytest.raises(SystemExit) as e:

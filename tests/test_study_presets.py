@@ -206,3 +206,12 @@ def test_the_composer_gives_each_seed_what_composing_its_job_gives():
         assert OmegaConf.is_struct(mine) and type(mine.seed) is int
     assert len({c.method.random_seed for c in grid("s3_explore") if c.method.name == "hire"
                 and c.method.importance == "random"}) > 1  # each seed its own draw
+
+
+def test_the_composer_composes_a_job_whose_seed_is_set_twice_as_hydra_does():
+    """`seed=1 ++seed=7` ends with 7 in Hydra; a copy of the `seed=1` setting would say 1."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        one = composer("config")
+        a, b = one(["backbone=tiny", "seed=1"]), one(["backbone=tiny", "seed=2"])
+        assert (a.seed, b.seed) == (1, 2) and a is not b  # copies: a caller's change stays its own
+        assert one(["backbone=tiny", "seed=1", "++seed=7"]).seed == 7

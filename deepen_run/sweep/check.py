@@ -63,7 +63,7 @@ def composer(config_name: str):
     def one(job: list[str]):
         seeds = [o for o in job if o.startswith("seed=") and o[5:].isascii() and o[5:].isdigit()]
         rest = tuple(o for o in job if o not in seeds)
-        if len(seeds) != 1:
+        if len(seeds) != 1 or any(o.lstrip("+~").partition("=")[0] == "seed" for o in rest):  # ++seed=7 after it
             return compose(config_name=config_name, overrides=job)
         if rest not in made:
             made[rest] = compose(config_name=config_name, overrides=job)
