@@ -121,7 +121,9 @@ def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir, c
     assert rc == 130, err[-3000:]
     client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
     (parent,), children = split(runs)
-    assert parent.info.status == "KILLED" and not [c for c in children if c.info.status == "RUNNING"]
+    running = [(c.data.tags["sweep_job"], c.data.tags.get("pid"), json.loads((Path(c.data.tags["run_dir"]) / "run.json")
+                .read_text()).get("status")) for c in children if c.info.status == "RUNNING"]
+    assert parent.info.status == "KILLED" and not running, (parent.info.status, running, err[-3000:])
     for c in children:
         home = Path(c.data.tags["run_dir"])
         status = json.loads((home / "run.json").read_text())["status"]

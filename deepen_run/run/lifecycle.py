@@ -105,6 +105,21 @@ class SignalGuard:
         finally:
             self.defer = before
 
+    @contextmanager
+    def atomic(self):
+        """Within (one MLflow call, tracking/store.py): a signal waits for the block's end, then acts as
+        it would have: raised, unless the block sits where signals wait anyway (a step). Raised inside
+        SQLAlchemy, it could leave this process holding SQLite's lock: the run's next write (ending it
+        KILLED) then waited 20 s, failed "database is locked", and the run stayed RUNNING."""
+        before, waiting = self.defer, self.pending
+        self.defer = True
+        try:
+            yield
+        finally:
+            self.defer = before
+        if not before and waiting is None:
+            self.raise_pending()
+
     def raise_pending(self) -> None:
         if self.pending is not None:
             signum, self.pending = self.pending, None

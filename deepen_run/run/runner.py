@@ -54,7 +54,8 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
     signals: the guard the entry point installed for this run (None: an inert one, no handlers)."""
     home = resume_home or current_dir()
     accelerator = make_accelerator(cfg.train)
-    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
+    signals = signals or SignalGuard()
+    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process, signals=signals)
     tracker.check()
     if "sweep_id" not in (tags or {}):  # a sweep's launcher looks for dead runs once, for all its jobs
         reap_orphans(tracker, note=runfile.orphan_note)
@@ -81,7 +82,6 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
 
     before = tracker.status(run_id) if run_id else ""
     where = {"run_dir": str(home)} if home is not None else {}  # what the orphan reaper checks for checkpoints
-    signals = signals or SignalGuard()
     # A signal while the run is being created waits until the try below, where it ends the run KILLED:
     # raised in between, it would leave the run RUNNING under a live process (a sweep worker idles on).
     with signals.deferred():
