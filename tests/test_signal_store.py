@@ -30,23 +30,28 @@ def ctrl_c_after(select: str):
     return hook
 
 
-@pytest.mark.parametrize("deferred", [False, True], ids=["raised-at-once", "deferred-to-the-step"])
-def test_a_signal_inside_an_mlflow_write_waits_for_the_write_to_end(tmp_path, deferred):
+@pytest.mark.parametrize("where", ["raised-at-once", "in-a-step", "second-signal"])
+def test_a_signal_inside_an_mlflow_write_waits_for_the_write_to_end(tmp_path, where):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     guard = SignalGuard().install()
     tracker = Tracker(uri, "exp", signals=guard)
     tracker.start("r", {})
     tracker.log_metrics({"train/loss": 0.7}, step=0)  # latest_metrics has a row: the SELECT below finds it
-    hook = ctrl_c_after("SELECT latest_metrics")
+    hook, written = ctrl_c_after("SELECT latest_metrics"), []
     event.listen(sqlalchemy.engine.Engine, "do_execute", hook)
     try:
-        with pytest.raises(Interrupted) as stopped:
-            if deferred:  # inside a training step: the write ends, the signal waits for the step's end
-                with guard.deferred():
-                    tracker.log_metrics({"train/loss": 0.5}, step=5)
-                    assert guard.pending == signal.SIGINT
+        if where == "in-a-step":  # the write ends, and the signal waits for the step's end
+            with guard.deferred():
+                tracker.log_metrics({"train/loss": 0.5}, step=5)
+                written.append(guard.pending)
+                with pytest.raises(Interrupted) as stopped:
                     guard.raise_pending()
-            else:  # elsewhere: raised at the write's end, not inside it
+            assert written == [signal.SIGINT]
+        else:
+            if where == "second-signal":  # one came before and was raised at once: it stays pending
+                with pytest.raises(Interrupted):
+                    os.kill(os.getpid(), signal.SIGTERM)
+            with pytest.raises(Interrupted) as stopped:  # raised at the write's end, not inside it
                 tracker.log_metrics({"train/loss": 0.5}, step=5)
     finally:
         event.remove(sqlalchemy.engine.Engine, "do_execute", hook)
@@ -55,6 +60,6 @@ def test_a_signal_inside_an_mlflow_write_waits_for_the_write_to_end(tmp_path, de
     tracker.set_tags({"interrupted": str(stopped.value)})
     tracker.end("KILLED")
     run = MlflowClient(uri).get_run(tracker.run_id)
-    assert (run.info.status, run.data.tags["interrupted"]) == ("KILLED", "SIGINT")
+    assert (run.info.status, run.data.tags["interrupted"]) == ("KILLED", "SIGTERM" if where == "second-signal" else "SIGINT")
     history = MlflowClient(uri).get_metric_history(tracker.run_id, "train/loss")
     assert [(m.step, m.value) for m in history] == [(0, 0.7), (5, 0.5)]

@@ -36,6 +36,12 @@ def outcomes(sweep: Path) -> dict[int, str]:
     return out
 
 
+def recorded(run) -> str:
+    """What a child's run.json says of its end ('-' where it has none)."""
+    f = Path(run.data.tags.get("run_dir", "-")) / "run.json"
+    return json.loads(f.read_text()).get("status", "-") if f.is_file() else "-"
+
+
 def history(client, run, key="train/loss"):
     return [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
 
@@ -121,8 +127,8 @@ def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir, c
     assert rc == 130, err[-3000:]
     client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
     (parent,), children = split(runs)
-    running = [(c.data.tags["sweep_job"], c.data.tags.get("pid"), json.loads((Path(c.data.tags["run_dir"]) / "run.json")
-                .read_text()).get("status")) for c in children if c.info.status == "RUNNING"]
+    running = [(c.data.tags["sweep_job"], c.data.tags.get("pid"), c.data.tags.get("error"), recorded(c))
+               for c in children if c.info.status == "RUNNING"]
     assert parent.info.status == "KILLED" and not running, (parent.info.status, running, err[-3000:])
     for c in children:
         home = Path(c.data.tags["run_dir"])

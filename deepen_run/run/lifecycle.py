@@ -6,8 +6,9 @@ pre-emption or a time limit, e.g. sbatch --signal=USR1@120) raise `Interrupted`,
 so the runner ends the MLflow run KILLED. During training steps the signal is deferred to the end of
 the current step, so the checkpoint saved on the way out is a consistent state (never half an
 optimizer update); while the run records how it ended (runner.run), it waits until MLflow and
-run.json agree; anywhere else (loading, evaluation) it raises at once. A second signal while one is
-pending raises at once too: the user insists.
+run.json agree; anywhere else (loading, evaluation) it raises at once, except inside an MLflow call,
+whose end it waits for (SignalGuard.atomic). A second signal while one is pending raises at once
+too: the user insists.
 """
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ class SignalGuard:
         self.repeats_are_copies = repeats_are_copies
         self.defer = False
         self.pending: int | None = None
+        self.calls = 0  # MLflow calls under way (atomic): a signal is never raised inside one
+        self.received = 0  # signals handled so far (copies not counted)
         self.last: tuple[int, float] = (0, -1e9)  # the last signal and when it came
         self.previous: dict[int, object] = {}  # the handlers we replaced (submitit's requeue on SIGUSR2)
 
@@ -83,8 +86,9 @@ class SignalGuard:
         if self.last[0] == signum and (self.repeats_are_copies or now - self.last[1] < self.DUPLICATE_S):
             return  # the sweep's launcher forwarded the Ctrl-C the process group already got
         self.last = (signum, now)
-        if self.defer and self.pending is None:
-            self.pending = signum
+        self.received += 1
+        if self.calls or (self.defer and self.pending is None):
+            self.pending = self.pending or signum  # a call's end (atomic) or a step's end acts on it
             return
         # Raised here, in whatever code the main thread is running, and kept pending as well: library
         # code that catches everything (datasets' fingerprint hashing has a bare `except:`) can swallow
@@ -107,18 +111,22 @@ class SignalGuard:
 
     @contextmanager
     def atomic(self):
-        """Within (one MLflow call, tracking/store.py): a signal waits for the block's end, then acts as
-        it would have: raised, unless the block sits where signals wait anyway (a step). Raised inside
-        SQLAlchemy, it could leave this process holding SQLite's lock: the run's next write (ending it
-        KILLED) then waited 20 s, failed "database is locked", and the run stayed RUNNING."""
-        before, waiting = self.defer, self.pending
-        self.defer = True
+        """Within (an MLflow call, tracking/store.py): a signal is never raised; at the block's end it
+        acts as it would have: raised where signals raise at once, left for the step's end inside a
+        step. Raised inside SQLAlchemy, it could leave this process holding SQLite's lock (the
+        exception's traceback kept a statement alive): the run's next write, ending it KILLED, then
+        waited 20 s and failed "database is locked", and the run stayed RUNNING."""
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach the main thread only
+            return
+        before, seen = self.defer, self.received
+        self.calls += 1
         try:
             yield
         finally:
-            self.defer = before
-        if not before and waiting is None:
-            self.raise_pending()
+            self.calls -= 1
+            if not before and not self.calls and self.received > seen:
+                raise Interrupted(self.pending)  # kept pending too, as a signal raised at once is
 
     def raise_pending(self) -> None:
         if self.pending is not None:

@@ -96,7 +96,8 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
             runfile.write_run_file(home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
             if not run_id:
                 save_fingerprint(home, cfg, tasks)
-        monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
+        with signals.atomic():  # MLflow's monitor reads the run (resume_logging) in this thread
+            monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
         signals.raise_pending()
         if run_id:  # a resume: same run, RUNNING again; nothing it already logged is logged twice
             tracker.resume()
@@ -129,12 +130,13 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
         return score
     except KeyboardInterrupt as e:
         status = "KILLED"
-        if recipe is not None:  # stopped after the loop (publishing the model): the last step is saved too
-            recipe.saver.on_interrupt()
-        checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
-        tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"}
-                         # no checkpoint: stopped while loading, before its first step (nothing to resume)
-                         | ({"stopped_before_first_step": "true"} if checkpoint is None else {}))
+        with signals.deferred():  # another signal here waits: raised, it would lose the checkpoint's name
+            if recipe is not None:  # stopped after the loop (publishing the model): the last step is saved too
+                recipe.saver.on_interrupt()
+            checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
+            tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"}
+                             # no checkpoint: stopped while loading, before its first step (nothing to resume)
+                             | ({"stopped_before_first_step": "true"} if checkpoint is None else {}))
         raise RunKilled(getattr(e, "signum", signal.SIGINT), checkpoint) from e
     except TrackingLost:
         raise  # the store is gone: nothing more can be recorded there (the checkpoint is saved)
@@ -149,7 +151,8 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
         # the run ended (raised between them, the store said FINISHED and run.json RUNNING).
         with signals.deferred():
             if monitor is not None:
-                monitor.stop()
+                with signals.atomic():  # its last samples are written in this thread
+                    monitor.stop()
             try:
                 tracker.end(status)
             except TrackingLost:

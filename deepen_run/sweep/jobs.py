@@ -103,7 +103,8 @@ class SweepJob:
             if not isinstance(e, UserError):
                 traceback.print_exc()
             print(f"deepen-run: error: job {self.num + 1}: {line}", file=sys.stderr)
-            self._failed_child(cfg, name, line)
+            with signals.deferred():  # a signal here waits: the outcome below is written either way
+                self._failed_child(cfg, name, line, signals)
             score, outcome = NO_SCORE, {"status": "FAILED", "name": name, "error": line}
         finally:
             if watchdog is not None:
@@ -163,7 +164,7 @@ class SweepJob:
         return {"status": "FINISHED", "kept": True, "score": run["metrics"].get("eval/score", float("nan")),
                 "seconds": 0.0, "run_id": run["run_id"]}
 
-    def _failed_child(self, cfg, name: str, error: str) -> None:
+    def _failed_child(self, cfg, name: str, error: str, signals) -> None:
         """A job that failed before its run existed (bad input) still gets a FAILED child, so the
         MLflow UI shows every job of the sweep and why it failed."""
         from deepen_run.run.runner import tags_for
@@ -173,7 +174,7 @@ class SweepJob:
             if find_runs(cfg.tracking.uri, cfg.tracking.experiment, {"sweep_id": self.info["sweep_id"],
                                                                      "sweep_job": str(self.num)}):
                 return
-            t = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+            t = Tracker(cfg.tracking.uri, cfg.tracking.experiment, signals=signals)
             t.start(name, tags_for(cfg) | self.tags() | {"error": error})
             t.log_params(dict(mask_override(o).partition("=")[::2] for o in self.overrides))
             t.end("FAILED")

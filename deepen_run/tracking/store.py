@@ -82,6 +82,8 @@ class Whole:
         self.inner, self.guard = client, guard
 
     def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("inner", "guard"):  # copy and pickle look before __init__ ran
+            raise AttributeError(name)
         attr = getattr(self.inner, name)
         if not callable(attr):
             return attr
