@@ -8,7 +8,7 @@ the current step, so the checkpoint saved on the way out is a consistent state (
 optimizer update); while the run records how it ended (runner.run), it waits until MLflow and
 run.json agree; anywhere else (loading, evaluation) it raises at once, except inside an MLflow call,
 whose end it waits for (SignalGuard.atomic). A second signal while one is pending raises at once
-too: the user insists.
+too, the user insists, except inside an MLflow call: there it joins the first.
 """
 from __future__ import annotations
 

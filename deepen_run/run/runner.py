@@ -130,7 +130,8 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
         return score
     except KeyboardInterrupt as e:
         status = "KILLED"
-        with signals.deferred():  # another signal here waits: raised, it would lose the checkpoint's name
+        signals.pending = None  # e is that signal, handled here; another one waits until the run is KILLED
+        with signals.deferred():  # raised in here, it would lose the checkpoint's name and the exit message
             if recipe is not None:  # stopped after the loop (publishing the model): the last step is saved too
                 recipe.saver.on_interrupt()
             checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
@@ -144,7 +145,8 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
         line = first_line(e, 5000)
         if not restored:
             status = before or "KILLED"
-        tracker.set_tags({"error" if restored else "resume_error": line})
+        with signals.deferred():  # a signal here waits: the run ends FAILED, as the store will say
+            tracker.set_tags({"error" if restored else "resume_error": line})
         raise
     finally:
         # MLflow's status and run.json's are written together: a signal here waits until both say how
