@@ -130,6 +130,7 @@ CASES = [
     ("negative-seed", ["seed=-1"], "seed=-1"),
     ("unknown-scheduler", ["train.lr_scheduler=bogus"], "train.lr_scheduler='bogus'"),
     ("infinite-epochs", ["train.num_epochs=inf"], "train.num_epochs=inf"),
+    ("negative-steps", ["train.max_steps=-3"], "train.max_steps=-3: give a number of steps > 0, or -1"),
     ("nan-lr", ["train.learning_rate=nan"], "train.learning_rate=nan"),
     ("negative-workers", ["data.num_workers=-1"], "data.num_workers=-1"),
     ("empty-experiment", ["tracking.experiment="], "tracking.experiment is empty"),

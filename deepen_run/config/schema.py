@@ -141,7 +141,7 @@ class DataConfig:
 class TrainConfig:
     """train.*: optimisation, evaluation and checkpoints.
 
-    max_steps: training steps; > 0 overrides num_epochs
+    max_steps: training steps; > 0 overrides num_epochs, -1 trains num_epochs epochs (0, < -1 refused)
     num_epochs: passes over the training data (fractions allowed)
     steps_per_epoch: steps of one multi-task epoch (PALs: 300 x tasks); null = steps_per_task x tasks, else one pass over all data; ignored for one task
     steps_per_task: multi-task epoch length per task, so a preset follows its task list (the PALs paper: 300); used when steps_per_epoch is null

@@ -161,6 +161,9 @@ def numbers(cfg) -> None:
         raise UserError(f"train.early_stopping_threshold={t.early_stopping_threshold} must be a finite number >= 0")
     if not math.isfinite(t.num_epochs):
         raise UserError(f"train.num_epochs={t.num_epochs} must be a finite number (or set train.max_steps)")
+    if t.max_steps < -1 or t.max_steps == 0:  # HF would train num_epochs epochs: a typo'd count, hours long
+        raise UserError(f"train.max_steps={t.max_steps}: give a number of steps > 0, or -1 (the default) to "
+                        "train train.num_epochs epochs")
     if t.max_steps <= 0 and not t.num_epochs > 0:
         raise UserError("set train.max_steps or train.num_epochs to a positive number")
     for key in ("steps_per_epoch", "steps_per_task"):
