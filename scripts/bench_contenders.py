@@ -25,7 +25,7 @@ from deepen_run.model import backbone as bb
 from deepen_run.data import loaders as gd
 from deepen_run.model import steps as backbone_steps
 from deepen_run.data import metrics as glue_metrics
-from deepen_run.run.fast import enable_tf32, fused_adamw_ok, make_accelerator, resolve_precision
+from deepen_run.run.fast import enable_tf32, make_accelerator, optimizer_impl, resolve_precision
 from deepen_run.run.checkpoint import Checkpointer
 from deepen_run.run.context import RunContext
 from deepen_run.run.lifecycle import SignalGuard
@@ -167,7 +167,7 @@ def bare(cfg, spec, batches, init_state, lap, device) -> dict:
     enable_tf32()
     model = baseline_model(cfg, [spec], init_state)[0].to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay,
-                            fused=fused_adamw_ok(device.type))
+                            fused=optimizer_impl("auto", device.type) == "fused")
     dtype = torch.bfloat16 if resolve_precision(cfg.train.mixed_precision) == "bf16" else None
     torch.manual_seed(cfg.seed)
     lap.begin()

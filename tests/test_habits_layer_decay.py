@@ -1,5 +1,5 @@
 """train.layer_decay: each pretrained parameter's learning rate by its depth, as docs/configuration.md
-states; new parameters at new_params_lr_scale x lr; with every method (deepen_run/run/param_groups.py)."""
+states; new parameters at new_params_lr_scale x lr; with every method (deepen_run/run/optim.py)."""
 import re
 
 import pytest

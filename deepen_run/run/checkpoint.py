@@ -199,10 +199,6 @@ class Checkpointer:
         counted). A checkpoint of `step` is saved before that evaluation: its state is rewritten
         to count it, so a resume neither loses it nor, once counted, makes it again."""
         self.evaluated = step
-        self.refresh(step)
-
-    def refresh(self, step: int) -> None:
-        """Rewrite the state of the checkpoint of `step`, if it is the one last saved."""
         path = self.root / f"step-{step}" / STATE if self.root is not None else None
         if step == self.saved_step and self.acc.is_main_process and path is not None and path.is_file():
             tmp = path.with_name(STATE + ".tmp")
@@ -232,18 +228,11 @@ class Checkpointer:
         self._write(self.root / "best", fill)
 
     def load_best(self, model) -> None:
-        """The kept best weights into `model` (unwrapped; train.model_selection=best)."""
-        from safetensors.torch import load_file
+        """The kept best weights into `model` (unwrapped; train.model_selection=best). safetensors'
+        load_model: a tensor shared by several modules is stored once, under one of its names."""
+        from safetensors.torch import load_model
 
-        state = load_file(str(self.root / "best" / "model.safetensors"), device=str(self.acc.device))
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        # safetensors stores a tensor shared by several modules once, under one name: the other names
-        # are loaded through it. Anything else missing is a real mismatch.
-        now = model.state_dict()
-        shared = {now[k].data_ptr() for k in state if k in now}
-        lost = [k for k in missing if now[k].data_ptr() not in shared]
-        if lost or unexpected:
-            raise RuntimeError(f"checkpoints/best does not fit the model: missing {lost[:3]}, unexpected {unexpected[:3]}")
+        load_model(model, self.root / "best" / "model.safetensors", strict=True, device=str(self.acc.device))
 
     def on_step(self, done: int) -> None:
         """After each step: periodic save, then a deferred signal stops the run here, saved."""

@@ -1,12 +1,7 @@
 """Early stopping on the dev score (train.early_stopping_patience), as the Trainer's
-EarlyStoppingCallback: after `patience` evaluations in a row whose eval/score does not beat the
-best so far by more than train.early_stopping_threshold, the run ends at that step.
-
-What follows the loop (final record, model_selection=best, predictions, after_train) then happens
-at the stopped step, which the run records as the tag `early_stopped_step` and the metric
-`train/early_stopped_step`. The counter lives in the checkpoint's trainer_state.json (the
-Checkpointer's `extra`), so a resumed run counts on where it was, and a run killed after it
-stopped resumes to its tail, not to more training. docs/configuration.md, section Training.
+EarlyStoppingCallback; docs/configuration.md, section Training, says what the run records. The
+counter lives in the checkpoint's trainer_state.json (the Checkpointer's `extra`), so a resumed run
+counts on where it was, and a run killed after it stopped resumes to its tail, not to more training.
 """
 from __future__ import annotations
 
@@ -26,8 +21,13 @@ class EarlyStop:
     def stopped_at(self):
         return self.state["stopped_at"]
 
-    def _count(self, score: float, step: int, total: int) -> bool:
+    def update(self, score: float, step: int, total: int) -> bool:
+        """After the evaluation at `step`: True when the run should end here (never at its last step).
+        A checkpoint of this step, saved just before the evaluation, gets the new count when the
+        evaluation is done (Checkpointer.evaluated_at)."""
         s = self.state
+        if self.patience is None:
+            return False
         if score == score and score > s["best"] + self.threshold:  # NaN never improves
             s.update(best=score, best_step=step, waited=0)
             return False
@@ -37,21 +37,12 @@ class EarlyStop:
         s["stopped_at"] = step
         return True
 
-    def update(self, score: float, step: int, total: int) -> bool:
-        """After the evaluation at `step`: True when the run should end here (never at its last step).
-        A checkpoint of this step, saved just before the evaluation, gets the new count when the
-        evaluation is done (Checkpointer.evaluated_at)."""
-        return self.patience is not None and self._count(score, step, total)
-
-    def message(self, total: int) -> str:
-        s = self.state
-        best = f"{s['best']:.4f} (step {s['best_step']})" if s["best_step"] is not None else "none yet"
-        return (f"deepen-run: early stopping at step {s['stopped_at']} of {total}: eval/score has not improved "
-                f"on its best, {best}, for {s['waited']} evaluations (train.early_stopping_patience={self.patience})")
-
     def record(self, tracker, total: int, write) -> int:
         """Say so (write: the progress bar's write) and record the stopped step; -> the run's new last step."""
-        write(self.message(total))
+        s = self.state
+        best = f"{s['best']:.4f} (step {s['best_step']})" if s["best_step"] is not None else "none yet"
+        write(f"deepen-run: early stopping at step {s['stopped_at']} of {total}: eval/score has not improved "
+              f"on its best, {best}, for {s['waited']} evaluations (train.early_stopping_patience={self.patience})")
         tracker.set_tags({"early_stopped_step": str(self.stopped_at)})
         tracker.log_metrics({"train/early_stopped_step": self.stopped_at}, self.stopped_at)
         return self.stopped_at

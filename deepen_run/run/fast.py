@@ -18,26 +18,15 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, GradientAccumulationPlugin, TorchDynamoPlugin
 
 # The precision choice lives below run/: deepen_run.load predicts at its run's precision too.
-from deepen_run.precision import (CPU_BF16_FLAGS, attention_choice, choose_precision, cpu_flags,  # noqa: F401
-                                  dropout_masks_choice, precision_choice, resolve_precision,
-                                  unpad_choice)
+from deepen_run.precision import (attention_choice, choose_precision, cpu_flags,  # noqa: F401
+                                  dropout_masks_choice, precision_choice, resolve_precision, unpad_choice)
 
 
 def enable_tf32() -> None:
-    """TF32 tensor cores for fp32 matmuls on Ampere+; a no-op without CUDA."""
-    if not torch.cuda.is_available():
-        return
-    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9 API
-        torch.backends.cuda.matmul.fp32_precision = "tf32"
-        torch.backends.cudnn.conv.fp32_precision = "tf32"
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-
-
-def fused_adamw_ok(device_type: str) -> bool:
-    """torch has a fused AdamW kernel on CUDA and (torch >= 2.4) on CPU."""
-    return device_type in ("cuda", "cpu")
+    """TF32 tensor cores for fp32 matmuls on Ampere+ (torch's public switch); CUDA only: a CPU's fp32
+    stays exact."""
+    if torch.cuda.is_available():
+        torch.set_float32_matmul_precision("high")
 
 
 def optimizer_impl(value: str, device_type: str) -> str:
@@ -46,7 +35,7 @@ def optimizer_impl(value: str, device_type: str) -> str:
     docs/performance.md), else foreach. An explicit choice is kept as given."""
     if value != "auto":
         return str(value)
-    return "fused" if fused_adamw_ok(device_type) else "foreach"
+    return "fused" if device_type in ("cuda", "cpu") else "foreach"  # torch's fused kernels (CPU: >= 2.4)
 
 
 def adamw_kwargs(impl: str) -> dict:

@@ -1,30 +1,59 @@
-"""The optimizer and the learning-rate schedule of a run: AdamW over the parameter groups of
-deepen_run/run/param_groups.py with the kernel train.optimizer_impl picks, and transformers'
-schedule with its warm-up."""
+"""The optimizer and the learning-rate schedule of a run: AdamW with the kernel train.optimizer_impl
+picks (fast.optimizer_impl), over parameter groups by tensor rank, by what a parameter is and
+(train.layer_decay) by how deep it sits; transformers' schedule with its warm-up.
+docs/configuration.md, section Training.
+
+Learning rate of a trainable parameter, lr = train.learning_rate:
+  new (what the method or a backbone step created: heads, HIRE, PALs, gates)  lr x new_params_lr_scale
+  in encoder layer i (0-based, of the L layers of the stack as built, copies included)  lr x decay^(L - i)
+  in the backbone's embeddings                                                 lr x decay^(L + 1)
+  anything else pretrained (the pooler)                                        lr
+decay = train.layer_decay; 1.0 (the default) turns the rule off: every pretrained parameter at lr.
+This is the layer-wise decay of the ELECTRA and DeBERTa fine-tuning recipes (BEiT's layer ids:
+embeddings 0, layer i -> i + 1, the top L + 1 at the full rate). One rule for every method, so a
+comparison between methods treats their new weights alike.
+"""
 from __future__ import annotations
 
 import torch
 from transformers import get_scheduler
 
 from deepen_run.run.fast import adamw_kwargs, optimizer_impl
-from deepen_run.run.param_groups import param_groups
+
+
+def layer_depths(backbone: torch.nn.Module) -> tuple[dict[int, int], int]:
+    """id(parameter) -> its depth by the backbone adapter (0 below the layer stack, i + 1 for layer
+    position i, L + 1 above it: the pooler, a final norm), and L, the number of layers."""
+    from deepen_run.model import adapter
+
+    index = adapter.layer_index(backbone)
+    return {id(p): index[n] for n, p in backbone.named_parameters()}, len(adapter.layers(backbone))
+
+
+def lr_scale(depth: int | None, num_layers: int, decay: float) -> float:
+    """decay^(L + 1 - depth); depth None (not in the embeddings or a layer) = the top, 1.0."""
+    return 1.0 if depth is None or decay == 1.0 else decay ** (num_layers + 1 - depth)
+
+
+def param_groups(model: torch.nn.Module, tcfg, new_params) -> list[dict]:
+    """AdamW's groups: one per (decayed or not, learning rate), in the order parameters first come.
+    No weight decay on 1-D tensors (biases, LayerNorm weights). new_params: what the method declared
+    it created (contract.MethodModel.new_parameters) and what the backbone steps created."""
+    decay = float(tcfg.get("layer_decay", 1.0))
+    new = {id(p) for p in new_params}
+    depths, num_layers = layer_depths(model.backbone) if decay != 1.0 else ({}, 0)
+    groups: dict[tuple, list] = {}
+    for p in model.parameters():
+        if p.requires_grad:
+            k = tcfg.new_params_lr_scale if id(p) in new else lr_scale(depths.get(id(p)), num_layers, decay)
+            groups.setdefault((p.ndim >= 2, k), []).append(p)
+    return [{"params": ps, "weight_decay": tcfg.weight_decay if wd else 0.0, "lr": tcfg.learning_rate * k}
+            for (wd, k), ps in groups.items()]
 
 
 def optimizer_for(model: torch.nn.Module, tcfg, device_type: str, new_params) -> torch.optim.Optimizer:
-    """AdamW; no weight decay on biases and LayerNorm weights (every 1-D tensor). Its kernel is
-    train.optimizer_impl (fast.optimizer_impl: auto = fused where torch has one, CUDA and CPU).
-
-    One rule for every method, so a comparison between methods treats their new weights alike:
-    `new_params`, what the method declared it created (contract.MethodModel.new_parameters: heads,
-    HIRE's GRUs, PALs, an adapter inside the backbone) and what the backbone steps created (a gated
-    copy's gate), train at train.new_params_lr_scale x train.learning_rate, wherever they sit;
-    everything else (the pretrained backbone, its pooler, copies of its layers) at 1x. The
-    schedule then scales every group alike. train.layer_decay lowers the pretrained layers' rates
-    with depth (deepen_run/run/param_groups.py).
-    """
-    params = param_groups(model, tcfg, new_params)
     impl = optimizer_impl(tcfg.get("optimizer_impl", "auto"), device_type)
-    return torch.optim.AdamW(params, lr=tcfg.learning_rate, **adamw_kwargs(impl))
+    return torch.optim.AdamW(param_groups(model, tcfg, new_params), lr=tcfg.learning_rate, **adamw_kwargs(impl))
 
 
 def scheduler_for(optimizer, tcfg, total_steps: int):

@@ -31,14 +31,9 @@ def tracking_store(t) -> None:
         raise UserError(f"tracking.uri={t.uri}: {db} is a folder, not a database file")
     if db.exists() and not os.access(db, os.R_OK | os.W_OK):
         raise UserError(f"tracking.uri={t.uri}: the database {db} is read-only; chmod u+rw it or use another store")
-    folder = db.parent
-    while not folder.exists() and folder != folder.parent:  # the store's folder is made on first use
-        folder = folder.parent
-    if not folder.is_dir():
-        raise UserError(f"tracking.uri={t.uri}: {folder} is a file, not a folder")
-    # SQLite writes its journal next to the database, MLflow its lock file and mlartifacts/.
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise UserError(f"tracking.uri={t.uri}: the folder {folder} is not writable; chmod u+rwx it or use another store")
+    why = writable(db.parent)  # SQLite writes its journal next to the database, MLflow its lock file and mlartifacts/
+    if why:
+        raise UserError(f"tracking.uri={t.uri}: {why}; use another store")
     for extra in (Path(f"{db}.lock"), db.parent / "mlartifacts"):
         if extra.exists() and not os.access(extra, os.W_OK):
             raise UserError(f"tracking.uri={t.uri}: {extra} is read-only; chmod u+rw it or use another store")

@@ -39,17 +39,12 @@ def quiet_libraries() -> None:
         logging.getLogger("accelerate").setLevel(logging.WARNING)
 
 
-# (message regex, category, module regex): warnings about the libraries' own machinery, nothing a
-# user of deepen-run can change. joblib's loky executor warns when a worker it recycles (they
-# time out when idle) had been handed jobs: it restarts them itself.
-UNACTIONABLE = (
-    (r"A worker stopped while some jobs were given to the executor", UserWarning, r"joblib\."),
-)
-
-
 def quiet_warnings() -> None:
-    for message, category, module in UNACTIONABLE:
-        warnings.filterwarnings("ignore", message=message, category=category, module=module)
+    """Warnings about the libraries' own machinery, which no user of deepen-run can act on: joblib's
+    loky executor warns when a worker it recycles (idle ones time out) had been handed jobs; it
+    restarts them itself."""
+    warnings.filterwarnings("ignore", message=r"A worker stopped while some jobs were given to the executor",
+                            category=UserWarning, module=r"joblib\.")
 
 
 def job_label() -> str:
@@ -82,8 +77,8 @@ class TaskLosses:
         return out
 
 
-def progress(total: int, initial: int = 0, disable: bool = False, desc: str = "train"):
-    desc = job_label() + desc
+def progress(total: int, initial: int = 0, disable: bool = False):
+    desc = job_label() + "train"
     if interactive():
         from tqdm.auto import tqdm
 

@@ -21,13 +21,13 @@ from typing import Optional
 from omegaconf import OmegaConf
 
 from deepen_run.run.checkpoint import latest, usable
+from deepen_run.run.clean import RUN_CONFIG  # ours: the config the run started with, written once
 from deepen_run.config.schema import ROOT, Config
 from deepen_run.errors import UserError
 from deepen_run.run.lifecycle import DirInUse, in_use
 from deepen_run.run.runfile import read_run_file
 
 SAVED = Path(".hydra") / "config.yaml"  # Hydra's copy: the config of the LAST command in the dir
-RUN_CONFIG = "run_config.yaml"  # ours: the config the run started with, written once
 
 
 def wanted(value) -> Optional[str]:
@@ -50,12 +50,8 @@ def saved_config(home: Path) -> Optional[Path]:
 def save_run_config(home: Optional[Path], cfg) -> None:
     """Called when a new run starts (never on a resume): what every later resume reads."""
     if home is not None:
-        from deepen_run.config.redact import scrub
-        from deepen_run.masking import secret_env_values
-
         tmp = home / f".{RUN_CONFIG}.tmp"  # no secret on disk: a resume takes them from its own command
-        plain = scrub(plain_config(cfg, keep_resume=True), secret_env_values())
-        tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(plain)))
+        tmp.write_text(OmegaConf.to_yaml(OmegaConf.create(plain_config(cfg, keep_resume=True))))
         tmp.replace(home / RUN_CONFIG)
 
 
@@ -74,8 +70,7 @@ def plain_config(cfg, keep_resume: bool = False) -> dict:
     d = OmegaConf.to_container(cfg, resolve=False)
     if not keep_resume:
         d.pop("resume", None)
-        d = scrub(d, secret_env_values())
-    return d
+    return scrub(d, secret_env_values())
 
 
 def _candidates(here: Optional[Path]) -> set[Path]:

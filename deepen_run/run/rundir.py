@@ -31,9 +31,10 @@ from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from deepen_run.errors import fail, fail_with
-
-from deepen_run.run.clean import OURS, RUN_RECORDS, SWEEP_RECORDS, JOBS_DIR, SWEEP_FILE  # noqa: F401
+from deepen_run.errors import UserError, fail, fail_with
+from deepen_run.run.clean import OURS, RUN_FILE, RUN_RECORDS, SWEEP_RECORDS
+from deepen_run.run.lifecycle import DirInUse, in_use
+from deepen_run.safe_fs import remove  # one rule for every cleanup: no link followed
 
 
 def foreign_entries(folder: Path, records: tuple[str, ...]) -> list[str]:
@@ -68,8 +69,6 @@ class Listing:
         self.entries = set() if missing else {p.name for p in folder.iterdir()}
 
     def remove_created(self) -> None:
-        from deepen_run.safe_fs import remove  # one rule for every cleanup: no link followed
-
         if self.created_from is not None:
             why = remove(self.folder, self.created_from.parent)
             if why:
@@ -113,11 +112,8 @@ class RunDirGuard(Callback):
         names = foreign_entries(folder, RUN_RECORDS)
         if names:
             _refuse("hydra.run.dir", folder, names, self.prog)
-        from deepen_run.run.lifecycle import DirInUse, in_use
-
         if in_use(folder):
             fail(str(DirInUse.for_dir(folder)), 2, prog=self.prog)
-        from deepen_run.errors import UserError
         from deepen_run.run.resume import check_dir
 
         try:  # another run's dir: refused before Hydra rewrites that run's .hydra/ and log
@@ -127,11 +123,6 @@ class RunDirGuard(Callback):
         self.listing = Listing(folder)
 
     def on_run_end(self, config, job_return=None, **kwargs: Any) -> None:
-        from deepen_run.run.runfile import RUN_FILE
-        from deepen_run.errors import UserError
-
-        from deepen_run.run.lifecycle import DirInUse, in_use
-
         error = failure(job_return)
         if not isinstance(error, UserError):
             return
@@ -155,10 +146,6 @@ class RunDirGuard(Callback):
         the sweep at once, in one line: Hydra would run every job of the batch first, each refused the
         same way, then print a line of its own. What this attempt made is removed, as for one run: a job
         dir that holds a record (run.json) or was there before stays, and so does the sweep dir then."""
-        from deepen_run.errors import UserError
-        from deepen_run.run.runfile import RUN_FILE
-        from deepen_run.safe_fs import remove
-
         error = failure(job_return)
         if not isinstance(error, UserError) or self.sweep is None:
             return

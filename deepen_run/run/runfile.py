@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepen_run.run.checkpoint import latest, steps_of
-
-RUN_FILE = "run.json"
+from deepen_run.run.clean import RUN_FILE
 
 
 def read_run_file(home: Path) -> dict:

@@ -1,21 +1,14 @@
-"""GLUE test-server files (`predict=true`): one TSV per test split, as run artifacts under submission/.
-
-The server wants `index<TAB>prediction` per file (CoLA.tsv, SST-2.tsv, MRPC.tsv, STS-B.tsv,
-QQP.tsv, MNLI-m.tsv, MNLI-mm.tsv, QNLI.tsv, RTE.tsv, WNLI.tsv) with its own label strings:
-entailment / not_entailment (RTE, QNLI), entailment / neutral / contradiction (MNLI), 0 / 1 for
-the other classification tasks (our label ids already are GLUE's), and STS-B scores clipped to
-[0, 5] with 3 decimals; AX.tsv (the diagnostic set, MNLI's labels, by the MNLI head) where its
-test file is present.
-
-The leaderboard zip (submission/glue_submission.zip, the files at its root, as the server wants
-them): one per run from what that run predicted, and `deepen-report --submission FILE.zip` across
-runs of each task (deepen_run/report/submission.py). Both name the
-files the zip lacks in one line. docs/runs.md, section GLUE test submissions.
+"""GLUE test-server files (`predict=true`): one TSV per test split, as run artifacts under submission/,
+with the server's label strings (entailment / not_entailment, ...; STS-B clipped to [0, 5], 3
+decimals), and the leaderboard zip of them all (submission/glue_submission.zip). Across runs:
+deepen_run/report/submission.py. docs/runs.md, section GLUE test submissions.
 """
 from __future__ import annotations
 
 import io
+import tempfile
 import zipfile
+from pathlib import Path
 
 from deepen_run.data.glue import AX, TASKS, TaskSpec
 
@@ -24,14 +17,12 @@ SERVER_FILES = (*(stem for t in TASKS.values() for stem in t.submission), *AX.su
 ZIP = "glue_submission.zip"
 
 
-def label_string(spec: TaskSpec, pred) -> str:
-    if spec.is_regression:
-        return f"{min(5.0, max(0.0, float(pred))):.3f}"
-    return spec.label_names[int(pred)] if spec.tsv_label_strings else str(int(pred))
-
-
 def to_tsv(spec: TaskSpec, idx: list[int], preds: list) -> str:
-    return "index\tprediction\n" + "".join(f"{i}\t{label_string(spec, p)}\n" for i, p in zip(idx, preds))
+    if spec.is_regression:
+        labels = [f"{min(5.0, max(0.0, float(p))):.3f}" for p in preds]  # the server's range, STS-B's 0-5
+    else:
+        labels = [spec.label_names[int(p)] if spec.tsv_label_strings else str(int(p)) for p in preds]
+    return "index\tprediction\n" + "".join(f"{i}\t{label}\n" for i, label in zip(idx, labels))
 
 
 def zip_bytes(files: dict[str, str]) -> bytes:
@@ -46,16 +37,6 @@ def zip_bytes(files: dict[str, str]) -> bytes:
 def missing_line(have) -> str:
     gone = [s for s in SERVER_FILES if s not in have]
     return f"missing {len(gone)} of {len(SERVER_FILES)}: {', '.join(gone)}" if gone else "all GLUE files present"
-
-
-def _log_zip(tracker, files: dict[str, str]) -> None:
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / ZIP
-        path.write_bytes(zip_bytes(files))
-        tracker.log_file(str(path), "submission")
 
 
 def write(model, accelerator, tracker, data: dict, tokenizer, batch_size: int) -> dict[str, int]:
@@ -75,6 +56,8 @@ def write(model, accelerator, tracker, data: dict, tokenizer, batch_size: int) -
             tracker.log_text(files[stem], f"submission/{stem}.tsv")
             rows[stem] = len(preds)
     model.train(was_training)
-    _log_zip(tracker, files)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / ZIP).write_bytes(zip_bytes(files))
+        tracker.log_file(str(Path(tmp) / ZIP), "submission")
     return rows
 

@@ -4,23 +4,21 @@ Read back from the MLflow store, so it shows what was recorded, not what the pro
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
 
+from deepen_run.config.schema import TrackingConfig, default_store
+from deepen_run.masking import mask_uri
 from deepen_run.serve.table import predict_args
 from deepen_run.tracking import ui
-from deepen_run.config.schema import default_store
 
 DEFAULT_STORE = default_store()
 
 
 def ui_hint(uri: str) -> tuple[str, str]:
     """(UI base URL, how to start it) for a tracking URI; never a user:password@'s password."""
-    import shlex
-
-    from deepen_run.masking import mask_uri
-
     if uri.startswith("http://") or uri.startswith("https://"):
         return mask_uri(uri).rstrip("/"), "the tracking server"
     if uri == DEFAULT_STORE:
@@ -31,11 +29,6 @@ def ui_hint(uri: str) -> tuple[str, str]:
 def store_args(uri: str, experiment: Optional[str] = None, flag: str = "--uri") -> str:
     """The options a printed command needs to reach this store (and experiment) where they are not
     the defaults: copied as printed, the command must find the run."""
-    import shlex
-
-    from deepen_run.masking import mask_uri
-    from deepen_run.config.schema import TrackingConfig
-
     out = f" {flag} {shlex.quote(mask_uri(uri))}" if uri != DEFAULT_STORE else ""
     if experiment is not None and experiment != TrackingConfig().experiment:
         out += f" --experiment {shlex.quote(experiment)}"

@@ -37,7 +37,6 @@ from deepen_run.run.optim import optimizer_for, scheduler_for  # noqa: F401 (par
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
-from deepen_run.run.progress import quiet_libraries
 from deepen_run.data.sampling import TaskSampler, epoch_length, total_steps
 from deepen_run.util import phase
 
@@ -77,7 +76,6 @@ def setup(cfg, run: Run) -> Recipe:
     (a killed run's dir), if any."""
     tcfg, tasks, model, accelerator, tracker = cfg.train, run.tasks, run.model, run.accelerator, run.tracker
     tok = bb.load_tokenizer(cfg.backbone)
-    quiet_libraries()
     # Rank 0 tokenizes and fills the cache first; the other ranks then read it instead of racing.
     with accelerator.main_process_first():
         data = {t.name: gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict) for t in tasks}

@@ -17,7 +17,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
@@ -26,18 +25,7 @@ from deepen_run.masking import mask_override
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.errors import UserError, fail_with
 from deepen_run.sweep.jobs import SWEEP_FILE
-from deepen_run.sweep.outcomes import read_outcomes, write_json
-
-
-def count_jobs(config) -> Optional[int]:
-    """How many jobs the sweeper will launch, or None when that cannot be known up front."""
-    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-    if "optuna" in sweeper.lower():
-        return int(config.hydra.sweeper.n_trials)
-    from deepen_run.sweep.check import job_overrides
-
-    jobs = job_overrides(config)
-    return len(jobs) if jobs is not None else None
+from deepen_run.sweep.outcomes import previous, read_outcomes, write_json
 
 
 def sweep_params(config) -> dict[str, str]:
@@ -79,7 +67,7 @@ def open_sweep(config):
     from deepen_run.run.resume import wanted
     from deepen_run.sweep.check import check_jobs
     from deepen_run.sweep.launch import Launch
-    from deepen_run.sweep.resume import check_same, hold, jobs_of, previous, reopen
+    from deepen_run.sweep.resume import check_same, hold, jobs_of, reopen
     from deepen_run.tracking.store import Tracker
 
     from deepen_run.config.redact import mask_logs
@@ -93,8 +81,9 @@ def open_sweep(config):
     if old is not None:
         lock = hold(sweep_dir)  # before anything else: a second resume of it at once is refused here
         check_same(old, params, jobs, sweep_dir, resume=wanted(config.resume) is not None)
-    checked = check_jobs(config)
-    n = checked if checked is not None else count_jobs(config)
+    check_jobs(config)
+    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))  # Optuna's: n_trials jobs
+    n = len(jobs) if jobs is not None else int(config.hydra.sweeper.n_trials) if "optuna" in sweeper.lower() else None
     uri, experiment = config.tracking.uri, config.tracking.experiment
     tracker = Tracker(uri, experiment)
     tracker.check()

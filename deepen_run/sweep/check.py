@@ -14,9 +14,7 @@ checked (by the first job, as before). Not before launch, with the searched keys
 check that ties a fixed key to a searched one (model_selection=best needs eval_every) would refuse a
 search whose every trial is valid.
 
-Composing costs 0.1-0.2 s a job, and most sweeps repeat each setting over seeds: `composer` composes
-a setting once and gives each of its seeds a copy with `seed` set, which is what composing that job
-gives (a plain value; a `${seed}` elsewhere resolves when read).
+Composing costs 0.1-0.2 s a job: `composer` composes a setting once for all its seeds.
 """
 from __future__ import annotations
 
@@ -55,7 +53,9 @@ def job_overrides(config) -> Optional[list[list[str]]]:
 
 
 def composer(config_name: str):
-    """compose(job) for the jobs of one sweep, each setting composed once (see the module's doc)."""
+    """compose(job) for the jobs of one sweep: most sweeps repeat each setting over seeds, so a setting
+    is composed once and each of its seeds gets a copy with `seed` set, which is what composing that
+    job gives (a plain value; a `${seed}` elsewhere resolves when read)."""
     from hydra import compose
 
     made: dict[tuple, object] = {}

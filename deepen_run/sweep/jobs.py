@@ -11,7 +11,6 @@ is an Optuna FAIL trial, and the search goes on.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -27,8 +26,9 @@ from hydra.types import RunMode
 from deepen_run.errors import UserError
 from deepen_run.masking import mask_override, mask_string, secret_env_values
 from deepen_run.run.lifecycle import Interrupted, SignalGuard
-from deepen_run.run.rundir import JOBS_DIR, SWEEP_FILE  # noqa: F401 (the sweep modules' names for them)
-from deepen_run.sweep.outcomes import start_line, write_json
+from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE  # noqa: F401 (the sweep modules' names for them)
+from deepen_run.sweep import summary
+from deepen_run.sweep.outcomes import previous, start_line, write_json
 from deepen_run.util import first_line as _one_line
 
 NO_SCORE = None  # what a job returns that has no score (failed, killed, never started)
@@ -43,18 +43,15 @@ class SweepJob:
         self.jobs = Path(info["dir"]) / JOBS_DIR
 
     def tags(self) -> dict[str, str]:
-        from deepen_run.sweep.summary import child_tags  # the swept values: the runs table's columns
-
+        """The sweep's, and the swept values: the runs table's columns."""
         return {"mlflow.parentRunId": self.info["parent_run_id"], "sweep_id": self.info["sweep_id"],
-                "sweep_role": "child", "sweep_job": str(self.num)} | child_tags(self.info, self.overrides)
+                "sweep_role": "child", "sweep_job": str(self.num)} | summary.child_tags(self.info, self.overrides)
 
     def swept(self) -> list[str]:
         """This job's values of the swept keys the default run name does not already say, so the
         children of `method.gru_layers=1,2,3` are told apart in the MLflow UI."""
-        from deepen_run.sweep.summary import STANDARD, job_values, short, shown
-
-        return [f"{short(k)}={shown(v)}" for k, v in job_values(self.info, self.overrides)
-                if k not in (*STANDARD, "task.names")]
+        return [f"{summary.short(k)}={summary.shown(v)}" for k, v in summary.job_values(self.info, self.overrides)
+                if k not in (*summary.STANDARD, "task.names")]
 
     def run(self, cfg, run_fn: Callable[..., float]) -> Optional[float]:
         from deepen_run.run.resume import current_dir
@@ -63,13 +60,11 @@ class SweepJob:
         t0 = time.time()
         if (self.jobs / STOP_FILE).exists():
             return NO_SCORE  # the sweep was stopped by a signal before this job began: it stays pending
-        if not cfg.tracking.run_name:
+        if not cfg.tracking.run_name:  # short, the swept values first
             from omegaconf import OmegaConf
 
-            from deepen_run.sweep.summary import child_name  # short, the swept values first
-
             # the child's own config, named: the job's config (Hydra's) stays as it was given
-            named = child_name(cfg, cfg.seed, self.info, self.overrides)
+            named = summary.child_name(cfg, cfg.seed, self.info, self.overrides)
             cfg = OmegaConf.merge(cfg, {"tracking": {"run_name": named}})
         name = run_name(cfg)
         kept = self._kept(cfg, current_dir())
@@ -239,7 +234,5 @@ def current_job() -> Optional[SweepJob]:
         return None
     if hc.mode != RunMode.MULTIRUN:
         return None
-    f = Path(str(hc.sweep.dir)).resolve() / SWEEP_FILE
-    if not f.is_file():
-        return None
-    return SweepJob(json.loads(f.read_text()), int(hc.job.num), [str(o) for o in hc.overrides.task])
+    info = previous(Path(str(hc.sweep.dir)).resolve())
+    return SweepJob(info, int(hc.job.num), [str(o) for o in hc.overrides.task]) if info is not None else None

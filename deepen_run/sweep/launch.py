@@ -5,13 +5,9 @@ One `Launch` object per sweep, made by SweepCallback.on_multirun_start and ended
 drops it when a launcher pickles the callback into a job), the signal handler and atexit hold
 bound methods of it.
 
-Signals: Ctrl-C / SIGTERM of the launching process writes <sweep dir>/deepen_jobs/STOP (jobs not
-yet started then do not start) and returns: the handler only marks the stop. A thread passes the
-signal on to the jobs running in other processes (loky workers, submitit processes: a job ignores the
-copy the process group already got) and waits for them to save a checkpoint and end KILLED; such a job
-returns to the sweeper instead of raising (joblib would kill the other workers mid-save). Once the
-sweeper returns, the parent ends KILLED and the launcher exits 128 + signal number. A second signal
-stops at once.
+Signals: Ctrl-C / SIGTERM of the launching process stops the jobs not yet started, lets the running
+ones save a checkpoint and end KILLED, then ends the parent KILLED and exits 128 + signal number
+(on_signal, _wait_for_jobs). A second signal stops at once.
 """
 from __future__ import annotations
 
@@ -206,7 +202,6 @@ class Launch:
         tracker.end(status)
         print(f"[sweep {info['sweep_id']}] {c.line()}; parent run {info['parent_run_id']} {status}", flush=True)
         return status, c
-
 
 
 def scrubbed_yaml(path: Path, folder: Path) -> str:

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from deepen_run.run.rundir import JOBS_DIR
+from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
 from deepen_run.util import first_line as _one_line
 
 
@@ -18,6 +18,12 @@ def write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)  # atomic: the watcher never reads half a file
+
+
+def previous(sweep_dir: Path) -> Optional[dict]:
+    """The sweep's identity (<sweep dir>/deepen_sweep.json), None where the dir holds no sweep."""
+    f = sweep_dir / SWEEP_FILE
+    return json.loads(f.read_text()) if f.is_file() else None
 
 
 def read_outcomes(sweep_dir: Path) -> dict[int, dict]:

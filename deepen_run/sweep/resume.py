@@ -10,12 +10,11 @@ in <sweep dir>/deepen_sweep.json when it starts. Running a sweep again into a di
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 from deepen_run.errors import UserError
-from deepen_run.sweep.jobs import JOBS_DIR, SWEEP_FILE
+from deepen_run.sweep.jobs import JOBS_DIR
 
 
 def jobs_of(config) -> Optional[list[list[str]]]:
@@ -26,11 +25,6 @@ def jobs_of(config) -> Optional[list[list[str]]]:
     if jobs is None:
         return None
     return [[o for o in job if o.split("=", 1)[0].lstrip("+~") != "resume"] for job in jobs]
-
-
-def previous(sweep_dir: Path) -> Optional[dict]:
-    f = sweep_dir / SWEEP_FILE
-    return json.loads(f.read_text()) if f.is_file() else None
 
 
 def _differs(then: dict, now: dict) -> str:
