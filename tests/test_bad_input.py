@@ -66,6 +66,10 @@ class Fixtures(dict):
         (self.tmp / "a-file").write_text("not a folder\n")
         return self.tmp / "a-file"
 
+    def make_broken_link(self) -> Path:
+        (self.tmp / "broken").symlink_to(self.tmp / "gone")
+        return self.tmp / "broken"
+
     def make_ro_store(self) -> Path:
         (self.tmp / "ro").mkdir()
         (self.tmp / "ro").chmod(0o555)
@@ -83,7 +87,8 @@ class Fixtures(dict):
 
     def restore(self) -> None:
         for p in self.tmp.rglob("*"):  # let pytest remove what the permission cases locked
-            p.chmod(0o755)
+            if not p.is_symlink():
+                p.chmod(0o755)
 
 
 DATA = {  # fixture name -> (GLUE folder, {split: text})
@@ -139,6 +144,7 @@ CASES = [
     pytest.param("read-only-tracking-db", ["tracking.uri=sqlite:///{ro_db}"], "rodb/mlflow.db is read-only",
                  marks=not_root("read-only-tracking-db"), id="read-only-tracking-db"),
     ("tracking-folder-is-a-file", ["tracking.uri=sqlite:///{file}/mlflow.db"], "a-file is a file, not a folder"),
+    ("tracking-folder-broken-link", ["tracking.uri=sqlite:///{broken_link}/store/mlflow.db"], "broken is a broken link"),
     ("tracking-db-is-a-folder", ["tracking.uri=sqlite:///{db_dir}"], "db-is-dir.db is a folder"),
     ("plus-unknown-key", ["+train.lr=1e-4"], "unknown config key train.lr"),
     ("plus-unknown-data-key", ["+data.max_len=64"], "unknown config key data.max_len"),

@@ -232,7 +232,10 @@ class Checkpointer:
         load_model: a tensor shared by several modules is stored once, under one of its names."""
         from safetensors.torch import load_model
 
-        load_model(model, self.root / "best" / "model.safetensors", strict=True, device=str(self.acc.device))
+        try:
+            load_model(model, self.root / "best" / "model.safetensors", strict=True, device=str(self.acc.device))
+        except RuntimeError as e:
+            raise RuntimeError(f"checkpoints/best does not fit the model: {e}") from None
 
     def on_step(self, done: int) -> None:
         """After each step: periodic save, then a deferred signal stops the run here, saved."""

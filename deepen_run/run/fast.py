@@ -24,9 +24,11 @@ from deepen_run.precision import (attention_choice, choose_precision, cpu_flags,
 
 def enable_tf32() -> None:
     """TF32 tensor cores for fp32 matmuls on Ampere+ (torch's public switch); CUDA only: a CPU's fp32
-    stays exact."""
+    stays exact (torch >= 2.9 extends the switch to oneDNN, which is set back)."""
     if torch.cuda.is_available():
         torch.set_float32_matmul_precision("high")
+        if hasattr(torch.backends.mkldnn, "matmul"):
+            torch.backends.mkldnn.matmul.fp32_precision = "none"
 
 
 def optimizer_impl(value: str, device_type: str) -> str:

@@ -48,6 +48,8 @@ def writable(folder: Path) -> str | None:
     here = folder
     while not here.exists() and not here.is_symlink() and here != here.parent:
         here = here.parent
+    if here.is_symlink() and not here.exists():
+        return f"{here} is a broken link"
     if not here.is_dir():
         return f"{here} is a file, not a folder"
     if not os.access(here, os.W_OK | os.X_OK):

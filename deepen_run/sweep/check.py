@@ -85,12 +85,12 @@ def _one_line(e: BaseException) -> str:
     return one_line(f"{e} {cause}" if cause is not None and str(cause) not in str(e) else e)
 
 
-def check_jobs(config) -> Optional[int]:
-    """Compose and pre-flight every job; raise UserError naming the first bad one. Returns the
-    number of jobs (None when they cannot be enumerated)."""
+def check_jobs(config) -> None:
+    """Compose and pre-flight every job (when they can be enumerated); raise UserError naming the
+    first bad one."""
     jobs = job_overrides(config)
     if jobs is None:
-        return None
+        return
     from deepen_run.run.preflight import check, numbers, typo
     from deepen_run.run.resume import plain_config
 
@@ -116,4 +116,3 @@ def check_jobs(config) -> Optional[int]:
             if better is not None:
                 raise UserError(f"{which}: {better}; nothing was launched") from None
             raise UserError(f"{which}: {type(e).__name__}: {_one_line(e)}; nothing was launched") from None
-    return len(jobs)
