@@ -63,3 +63,49 @@ def test_a_signal_inside_an_mlflow_write_waits_for_the_write_to_end(tmp_path, wh
     assert (run.info.status, run.data.tags["interrupted"]) == ("KILLED", "SIGTERM" if where == "second-signal" else "SIGINT")
     history = MlflowClient(uri).get_metric_history(tracker.run_id, "train/loss")
     assert [(m.step, m.value) for m in history] == [(0, 0.7), (5, 0.5)]
+
+
+def test_a_signal_that_library_code_turns_into_another_error_still_ends_the_run_killed(tmp_path, glue_dir,
+                                                                                      monkeypatch):
+    """Raised inside library code, a signal can come out as another exception: CPython's `from os
+    import <a name it lacks>` (tqdm, under datasets' reader in the evaluation) turned a SIGUSR1 into
+    "TypeError: expected a message argument", and the run ended FAILED, exit 1 (seen in CI). The
+    signal came first: the run ends KILLED with its checkpoint, as for any signal. The same turn,
+    played by a metric computation that catches the KeyboardInterrupt and raises a TypeError."""
+    import time
+
+    from conftest import make_cfg
+    from deepen_run.data import metrics
+    from deepen_run.run import runner
+    from deepen_run.run.preflight import check
+
+    real = metrics.compute
+
+    def compute(*a, **k):
+        try:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(5)  # the handler raises Interrupted here, at once (evaluation is not deferred)
+        except KeyboardInterrupt:
+            raise TypeError("expected a message argument") from None
+        return real(*a, **k)
+
+    home = tmp_path / "run"
+    home.mkdir()
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = make_cfg("backbone=tiny", "task=rte", "train.max_steps=4", "train.save_every=2", "train.eval_every=2",
+                   "data.max_train_samples=16", "data.max_eval_samples=8", "data.max_seq_length=32",
+                   "train.mixed_precision=no", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+                   f"data.cache_dir={tmp_path}/cache")
+    monkeypatch.setattr(runner, "current_dir", lambda: home)
+    monkeypatch.setattr(metrics, "compute", compute)
+    guard = SignalGuard().install()
+    try:
+        with pytest.raises(runner.RunKilled) as killed:
+            runner.run(cfg, check(cfg), signals=guard)
+    finally:
+        guard.uninstall()
+    assert killed.value.signum == signal.SIGUSR1 and killed.value.checkpoint == home / "checkpoints" / "step-2"
+    run = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("deepen-run").experiment_id])[0]
+    assert run.info.status == "KILLED", run.data.tags
+    assert run.data.tags["interrupted"] == "SIGUSR1 (it surfaced as TypeError: expected a message argument)"
+    assert "error" not in run.data.tags

@@ -130,18 +130,17 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
         return score
     except KeyboardInterrupt as e:
         status = "KILLED"
-        signals.pending = None  # e is that signal, handled here; another one waits until the run is KILLED
-        with signals.deferred():  # raised in here, it would lose the checkpoint's name and the exit message
-            if recipe is not None:  # stopped after the loop (publishing the model): the last step is saved too
-                recipe.saver.on_interrupt()
-            checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
-            tracker.set_tags({"interrupted": str(e) or "KeyboardInterrupt"}
-                             # no checkpoint: stopped while loading, before its first step (nothing to resume)
-                             | ({"stopped_before_first_step": "true"} if checkpoint is None else {}))
-        raise RunKilled(getattr(e, "signum", signal.SIGINT), checkpoint) from e
+        raise stopped(e, str(e) or "KeyboardInterrupt", signals, recipe, home, tracker) from e
     except TrackingLost:
         raise  # the store is gone: nothing more can be recorded there (the checkpoint is saved)
     except Exception as e:
+        if signals.pending is not None:
+            # The signal came first and was raised inside library code, which turned it into another
+            # error (CPython's `from os import <missing name>` in tqdm, hit in CI, raised "TypeError:
+            # expected a message argument"): the run was stopped, not broken.
+            status = "KILLED"
+            why = f"{Interrupted(signals.pending)} (it surfaced as {first_line(e)})"
+            raise stopped(Interrupted(signals.pending), why, signals, recipe, home, tracker) from e
         line = first_line(e, 5000)
         if not restored:
             status = before or "KILLED"
@@ -164,6 +163,20 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
                 if status == "FINISHED":
                     summary.show(tracker, home, status)
             phase("ended")
+
+
+def stopped(e: KeyboardInterrupt, why: str, signals: SignalGuard, recipe, home, tracker) -> RunKilled:
+    """A run stopped by a signal: its last step saved, why tagged; -> the RunKilled to raise, which
+    names the signal and the checkpoint to the command's exit message or the sweep job."""
+    signals.pending = None  # e is that signal, handled here; another one waits until the run is KILLED
+    with signals.deferred():  # raised in here, it would lose the checkpoint's name and the exit message
+        if recipe is not None:  # stopped after the loop (publishing the model): the last step is saved too
+            recipe.saver.on_interrupt()
+        checkpoint = ck.latest(home) if home is not None else None  # what the exit message names
+        tracker.set_tags({"interrupted": why}
+                         # no checkpoint: stopped while loading, before its first step (nothing to resume)
+                         | ({"stopped_before_first_step": "true"} if checkpoint is None else {}))
+    return RunKilled(getattr(e, "signum", signal.SIGINT), checkpoint)
 
 
 def size_summary(s: dict) -> str:
