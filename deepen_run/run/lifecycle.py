@@ -194,48 +194,65 @@ def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> li
 LOCK = ".lock"
 
 
+def holder(lock: Path) -> str:
+    """'pid host' of the process that holds a lock file (exclusive), '?' if unreadable."""
+    try:
+        return lock.read_text().strip() or "?"
+    except OSError:
+        return "?"
+
+
+def exclusive(lock: Path):
+    """An exclusive flock on `lock`, with 'pid host' written in it -> the open file (closing it, or the
+    process dying however it dies, lets it go). BlockingIOError: a live process holds it. A holder
+    may remove the file as we lock it, and a lock on an unlinked file holds nothing: it counts only
+    while the path still names the locked file."""
+    import fcntl
+
+    while True:
+        f = open(lock, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise
+        try:
+            if os.stat(lock).st_ino == os.fstat(f.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        f.close()  # the holder removed it as we locked: take the new one
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()} {socket.gethostname()}\n")
+    f.flush()
+    return f
+
+
 class DirInUse(UserError):
     """Another live process holds this run dir (its files must not be touched)."""
 
     @classmethod
     def for_dir(cls, folder: Path, resuming: bool = False) -> "DirInUse":
-        try:
-            holder = (folder / LOCK).read_text().strip() or "?"
-        except OSError:
-            holder = "?"
         fix = "wait for that run to end" if resuming else "pass another hydra.run.dir, or wait for that run to end"
-        error = cls(f"run dir {folder} is in use by another run (pid host: {holder}); one run dir holds one run: {fix}")
+        error = cls(f"run dir {folder} is in use by another run (pid host: {holder(folder / LOCK)}); one run dir "
+                    f"holds one run: {fix}")
         error.folder = folder  # whose dir it is: the command's own is not cleaned up (rundir.RunDirGuard)
         return error
 
 
 @contextmanager
 def run_dir_lock(folder: Path, resuming: bool = False):
-    """One run dir holds one run: an exclusive flock on <dir>/.lock for the run's life. The kernel
-    drops it when the process dies, however it dies, so a stale lock never blocks a resume. The file
-    is removed when the run ends; a process that locked a file already unlinked by its holder would
-    hold nothing, so a lock counts only while the path still names the locked file."""
+    """One run dir holds one run: an exclusive flock on <dir>/.lock for the run's life, so a stale lock
+    never blocks a resume. The file is removed when the run ends."""
     import fcntl
 
     folder.mkdir(parents=True, exist_ok=True)
-    while True:
-        f = open(folder / LOCK, "a+")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            raise DirInUse.for_dir(folder, resuming) from None
-        try:
-            if os.stat(folder / LOCK).st_ino == os.fstat(f.fileno()).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        f.close()  # the holder removed it as we locked: take the new one
     try:
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()} {socket.gethostname()}\n")
-        f.flush()
+        f = exclusive(folder / LOCK)
+    except BlockingIOError:
+        raise DirInUse.for_dir(folder, resuming) from None
+    try:
         yield
     finally:
         try:

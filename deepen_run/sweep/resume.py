@@ -57,28 +57,18 @@ LOCK = "launcher.lock"  # in <sweep dir>/deepen_jobs/: held by the one launcher 
 
 def hold(sweep_dir: Path):
     """One launcher a sweep dir: an exclusive flock on <sweep dir>/deepen_jobs/launcher.lock, held for
-    the launcher's life (the returned open file). The kernel drops it when the process dies, however
-    it dies, so a killed launcher never blocks the resume. A second launcher (two resumes of one
-    sweep at once) gets a UserError before it touches the parent or any job."""
-    import fcntl
-    import os
-    import socket
+    the launcher's life (the returned open file; lifecycle.exclusive). A killed launcher never blocks
+    the resume. A second launcher (two resumes of one sweep at once) gets a UserError before it
+    touches the parent or any job."""
+    from deepen_run.run.lifecycle import exclusive, holder
 
     (sweep_dir / JOBS_DIR).mkdir(parents=True, exist_ok=True)
-    f = open(sweep_dir / JOBS_DIR / LOCK, "a+")
     try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return exclusive(sweep_dir / JOBS_DIR / LOCK)
     except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "?"
-        f.close()
         raise UserError(f"hydra.sweep.dir={sweep_dir} is in use by another launcher of this sweep (pid host: "
-                        f"{holder}); one sweep runs once at a time: wait for it to end, or stop it first") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()} {socket.gethostname()}\n")
-    f.flush()
-    return f
+                        f"{holder(sweep_dir / JOBS_DIR / LOCK)}); one sweep runs once at a time: wait for it to "
+                        "end, or stop it first") from None
 
 
 def reopen(old: dict, tracker, tags: dict) -> int:
