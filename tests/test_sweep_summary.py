@@ -92,28 +92,39 @@ def _child(tracker_uri, sweep_id, parent_id, seed, gru, acc, job=None, status="F
 
 
 def test_the_note_follows_the_children_as_they_finish(mlflow_uri, tmp_path):
-    """The launching process's thread rebuilds the note when a job's outcome file appears."""
+    """The launching process's job watcher rebuilds the note when a job's outcome file appears."""
+    import threading
+
+    from deepen_run.sweep.counts import Counts
+    from deepen_run.sweep.outcomes import watch
+
     params = {"method.gru_layers": "1,2", "seed": "1,2", "sweep.overrides": "method.gru_layers=1,2 seed=1,2"}
     tracker = Tracker(mlflow_uri, "deepen-run")
     parent = tracker.start("p", {"sweep_id": "s1", "sweep_role": "parent"})
     info = {"sweep_id": "s1", "parent_run_id": parent, "uri": mlflow_uri, "experiment": "deepen-run",
             "n_jobs": 4, "dir": str(tmp_path), "params": params}
     (tmp_path / "deepen_jobs").mkdir()
-    live = sweep_summary.start(info, tracker, lambda: len(list((tmp_path / "deepen_jobs").glob("*.json"))))
+    sweep_summary.start(info, tracker)
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch, args=(tmp_path, 4, stop, Counts(4, tracker),
+                                                   lambda: sweep_summary.update(info, tracker)), daemon=True)
+    watcher.start()
     try:
         note = lambda: tracker.client.get_run(parent).data.tags[sweep_summary.NOTE]  # noqa: E731
         assert "0 of 4 jobs finished" in note() and "appears here as jobs finish" in note()
         for k, (seed, gru, acc) in enumerate([(1, 1, 0.5), (2, 1, 0.6), (1, 2, 0.7)]):
             _child(mlflow_uri, "s1", parent, seed, gru, acc)
-            (tmp_path / "deepen_jobs" / f"{k}.json").write_text(json.dumps({"status": "FINISHED"}))
+            outcome = {"status": "FINISHED", "name": f"c{seed}{gru}", "score": acc, "seconds": 1.0}
+            (tmp_path / "deepen_jobs" / f"{k}.json").write_text(json.dumps(outcome))
             t0 = time.time()
             while f"{k + 1} of 4 jobs finished" not in note():
                 assert time.time() - t0 < HANG, note()
                 time.sleep(0.2)
         assert "| 55.0 ± 7.1 |" in note() and "| 70.0 |" in note()  # gru_layers=1 over 2 seeds, =2 over 1
     finally:
-        sweep_summary.finish(info, tracker, "FINISHED", show_table=False, live=live)
-    assert not live.thread.is_alive()  # the thread is stopped and joined
+        stop.set()
+        watcher.join()
+        sweep_summary.finish(info, tracker, "FINISHED", show_table=False)
     figs = [a.path for a in tracker.client.list_artifacts(parent, "sweep")]
     assert figs == [sweep_summary.FIGURE]
 

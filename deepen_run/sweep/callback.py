@@ -25,7 +25,7 @@ from deepen_run.masking import mask_override
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.errors import UserError, fail_with
 from deepen_run.sweep.jobs import SWEEP_FILE
-from deepen_run.sweep.outcomes import previous, read_outcomes, write_json
+from deepen_run.sweep.outcomes import previous, write_json
 
 
 def sweep_params(config) -> dict[str, str]:
@@ -111,9 +111,7 @@ def open_sweep(config):
     again = f"; attempt {info['attempt']}, continuing the interrupted sweep" if old is not None else ""
     print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "
           f"experiment {experiment!r} ({mask_uri(uri)}); outputs in {sweep_dir}{again}", flush=True)
+    sweep_summary.start(info, tracker)  # the run note (results table), kept up to date as jobs end
     launch = Launch(info, tracker, first_step)
     launch.lock = lock  # held for the launcher's life: closed when the sweep ends, or by the kernel at exit
-    launch.begin()
-    # the run note (results table), kept up to date as jobs end
-    launch.live = sweep_summary.start(info, tracker, lambda: len(read_outcomes(sweep_dir)))
-    return launch
+    return launch.begin()

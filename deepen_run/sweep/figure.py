@@ -1,5 +1,5 @@
 """A sweep's figure on its parent run (sweep/eval_score.png, summary.py logs it): eval/score of the
-finished children against the swept keys. matplotlib's object API, not pyplot: the note's thread may
+finished children against the swept keys. matplotlib's object API, not pyplot: the job watcher's thread may
 draw while a job in the same process (the basic launcher) draws its own figures with pyplot."""
 from __future__ import annotations
 

@@ -34,7 +34,6 @@ GRACE_S = 300  # how long stopped jobs get to save their checkpoint before the p
 class Launch:
     def __init__(self, info: dict, tracker, first_step: int = 0):
         self.info, self.tracker = info, tracker
-        self.live = None  # sweep_summary.Live, set once the parent's note is started
         self.dir = Path(info["dir"])
         self.counts = Counts(info["n_jobs"], tracker, first_step)
         self.signum: Optional[int] = None
@@ -45,7 +44,8 @@ class Launch:
         self.ending = False  # the parent's end is being written (close): a signal waits for it
         self.late: Optional[int] = None  # a signal that came then: it stops the launcher right after
         self.stop = threading.Event()
-        self.watcher = threading.Thread(target=watch, args=(self.dir, info["n_jobs"], self.stop, self.counts),
+        refresh = lambda: sweep_summary.update(info, tracker)  # noqa: E731 (the run note, as each job ends)
+        self.watcher = threading.Thread(target=watch, args=(self.dir, info["n_jobs"], self.stop, self.counts, refresh),
                                         daemon=True)
 
     def begin(self) -> "Launch":
@@ -135,8 +135,6 @@ class Launch:
         self.closed = True
         self.stop.set()
         self.watcher.join()
-        if self.live is not None:
-            self.live.close()
         from deepen_run.sweep.resume import LOCK
 
         self.tracker.client.delete_run(self.info["parent_run_id"])
@@ -177,8 +175,7 @@ class Launch:
                 raise Interrupted(self.late)
             return c.n - c.finished  # stopping already (a handler, the stop's thread or atexit): no raise
         # The final note, figure and table on the parent; the table and the UI links printed last.
-        sweep_summary.finish(self.info, self.tracker, status, show_table=bool(c.finished) and not interrupted,
-                             live=self.live)
+        sweep_summary.finish(self.info, self.tracker, status, show_table=bool(c.finished) and not interrupted)
         return c.n - c.finished
 
     def _why(self):

@@ -51,10 +51,11 @@ def start_line(num: int, n: Optional[int], overrides: list[str]) -> str:
     return f"[job {num + 1}/{n if n is not None else '?'}] started: {' '.join(map(mask_override, overrides))}"
 
 
-def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts=None) -> None:
+def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts, on_end=None) -> None:
     """Print '[job k/N] ...' when a job starts and when it ends, whichever process ran it; the parent's
-    counts (counts.log) follow each end. A job in this process (the basic launcher) prints its own
-    start line: polled, it would come after the job's first lines."""
+    counts (counts.log), then on_end() (the run note, summary.update), follow each end. A job in this
+    process (the basic launcher) prints its own start line: polled, it would come after the job's
+    first lines."""
     seen: set[str] = set()
     total = n if n is not None else "?"
     while True:
@@ -77,11 +78,14 @@ def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts=None)
                 print(f"{k} FINISHED {d['name']}  eval/score={d['score']:.4f}  ({d['seconds']:.0f} s)", flush=True)
             else:
                 print(f"{k} {d['status']} {d['name']}  {d['error']}  ({d['seconds']:.0f} s)", flush=True)
-        if ended and counts is not None and not done:
+        if ended and not done:  # at the end, Launch.close writes both itself
             try:
                 counts.update(read_outcomes(sweep_dir)).log()
-            except Exception as e:  # noqa: BLE001 (the store may be what failed; the sweep goes on)
-                print(f"deepen-run: warning: could not update the sweep's counts: {_one_line(e)}", file=sys.stderr)
+                if on_end is not None:
+                    on_end()
+            except Exception as e:  # noqa: BLE001 (the store may be what failed; the note is a view: the sweep goes on)
+                print(f"deepen-run: warning: the sweep's counts or run note were not updated: {_one_line(e)}",
+                      file=sys.stderr)
         if done:
             return
         stop.wait(0.5)

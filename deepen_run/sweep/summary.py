@@ -4,8 +4,8 @@
   then each swept key with its values: `tiny hire rte | gru_layers=1,2 × seed=1,2`.
 - Its description (MLflow's run note, tag mlflow.note.content, Markdown on the run's overview) holds
   the children's results table, built by deepen-report's own code from the same runs as
-  `deepen-report --sweep-id`, so the numbers are the same. A thread of the launching process
-  rebuilds it whenever a job's outcome file appears (deepen_run/sweep/jobs.py writes them).
+  `deepen-report --sweep-id`, so the numbers are the same. The launching process's job watcher
+  rebuilds it whenever a job's outcome file appears (deepen_run/sweep/outcomes.py).
 - Its artifacts hold one figure (figure.py), sweep/eval_score.png: eval/score against the swept keys (a line
   with the spread over seeds for one key, a heatmap for two), and the table as report/results.{md,csv}.
 - Each child carries its swept values as tags (the runs table's columns) and a name that starts with them.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import sys
-import threading
 from typing import Optional
 from urllib.parse import quote
 
@@ -207,34 +206,9 @@ def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
     return table if table["rows"] else None
 
 
-def _watch(info: dict, tracker, stop: threading.Event, ended) -> None:
-    seen = -1
-    while not stop.wait(1.0):
-        try:
-            now = ended()
-            if now != seen:
-                seen = now
-                update(info, tracker)
-        except Exception as e:  # noqa: BLE001 (the note is a view; the sweep must go on without it)
-            print(f"deepen-run: warning: the sweep's run note was not updated: {first_line(e)}", file=sys.stderr)
-
-
-class Live:
-    """The launching process's note thread: refreshes the note whenever the count of ended jobs
-    (ended(), the launcher's count) changes."""
-
-    def __init__(self, info: dict, tracker, ended):
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=_watch, args=(info, tracker, self.stop, ended), daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
-def start(info: dict, tracker, ended) -> Live:
-    """At the sweep's start: the swept keys as columns, an empty note, the thread that fills it."""
+def start(info: dict, tracker) -> None:
+    """At the sweep's start: the swept keys as columns, an empty note (the job watcher fills it as jobs
+    end: sweep/outcomes.py watch, on_end=update)."""
     from deepen_run.tracking import ui
 
     try:
@@ -242,13 +216,11 @@ def start(info: dict, tracker, ended) -> Live:
         tracker.set_tags({NOTE: note(info, [], None, "running")})
     except Exception as e:  # noqa: BLE001
         print(f"deepen-run: warning: the sweep's run note was not set: {first_line(e)}", file=sys.stderr)
-    return Live(info, tracker, ended)
 
 
-def finish(info: dict, tracker, status: str, show_table: bool, live: Optional[Live] = None) -> None:
-    """At the sweep's end (its parent closed): the final note, figure and table, then the links."""
-    if live is not None:
-        live.close()
+def finish(info: dict, tracker, status: str, show_table: bool) -> None:
+    """At the sweep's end (its parent closed, the job watcher stopped): the final note, figure and
+    table, then the links."""
     from deepen_run.report import main as report
 
     try:
