@@ -65,21 +65,24 @@ def test_a_signal_inside_an_mlflow_write_waits_for_the_write_to_end(tmp_path, wh
     assert [(m.step, m.value) for m in history] == [(0, 0.7), (5, 0.5)]
 
 
+@pytest.mark.parametrize("where", ["raised-in-evaluation", "deferred-in-a-step"])
 def test_a_signal_that_library_code_turns_into_another_error_still_ends_the_run_killed(tmp_path, glue_dir,
-                                                                                      monkeypatch):
+                                                                                      monkeypatch, where):
     """Raised inside library code, a signal can come out as another exception: CPython's `from os
     import <a name it lacks>` (tqdm, under datasets' reader in the evaluation) turned a SIGUSR1 into
     "TypeError: expected a message argument", and the run ended FAILED, exit 1 (seen in CI). The
     signal came first: the run ends KILLED with its checkpoint, as for any signal. The same turn,
-    played by a metric computation that catches the KeyboardInterrupt and raises a TypeError."""
+    played by a metric computation that catches the KeyboardInterrupt and raises a TypeError. A
+    signal only deferred (inside a step) raised nothing: an error in that step is the run's own, and
+    the run ends FAILED with it."""
     import time
 
     from conftest import make_cfg
     from deepen_run.data import metrics
-    from deepen_run.run import runner
+    from deepen_run.run import runner, train
     from deepen_run.run.preflight import check
 
-    real = metrics.compute
+    real_compute, real_loss, calls = metrics.compute, train.task_loss, []
 
     def compute(*a, **k):
         try:
@@ -87,7 +90,14 @@ def test_a_signal_that_library_code_turns_into_another_error_still_ends_the_run_
             time.sleep(5)  # the handler raises Interrupted here, at once (evaluation is not deferred)
         except KeyboardInterrupt:
             raise TypeError("expected a message argument") from None
-        return real(*a, **k)
+        return real_compute(*a, **k)
+
+    def task_loss(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:  # step 3, after the checkpoint of step 2
+            os.kill(os.getpid(), signal.SIGUSR1)  # deferred to the step's end
+            raise RuntimeError("a real failure in the step")
+        return real_loss(*a, **k)
 
     home = tmp_path / "run"
     home.mkdir()
@@ -97,15 +107,23 @@ def test_a_signal_that_library_code_turns_into_another_error_still_ends_the_run_
                    "train.mixed_precision=no", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
                    f"data.cache_dir={tmp_path}/cache")
     monkeypatch.setattr(runner, "current_dir", lambda: home)
-    monkeypatch.setattr(metrics, "compute", compute)
+    if where == "raised-in-evaluation":
+        monkeypatch.setattr(metrics, "compute", compute)
+    else:
+        monkeypatch.setattr(train, "task_loss", task_loss)
     guard = SignalGuard().install()
     try:
-        with pytest.raises(runner.RunKilled) as killed:
+        with pytest.raises(runner.RunKilled if where == "raised-in-evaluation" else RuntimeError) as ended:
             runner.run(cfg, check(cfg), signals=guard)
     finally:
         guard.uninstall()
-    assert killed.value.signum == signal.SIGUSR1 and killed.value.checkpoint == home / "checkpoints" / "step-2"
     run = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("deepen-run").experiment_id])[0]
-    assert run.info.status == "KILLED", run.data.tags
-    assert run.data.tags["interrupted"] == "SIGUSR1 (it surfaced as TypeError: expected a message argument)"
-    assert "error" not in run.data.tags
+    if where == "raised-in-evaluation":
+        assert ended.value.signum == signal.SIGUSR1 and ended.value.checkpoint == home / "checkpoints" / "step-2"
+        assert run.info.status == "KILLED", run.data.tags
+        assert run.data.tags["interrupted"] == "SIGUSR1 (it surfaced as TypeError: expected a message argument)"
+        assert "error" not in run.data.tags
+    else:
+        assert run.info.status == "FAILED", run.data.tags
+        assert run.data.tags["error"] == "RuntimeError: a real failure in the step"
+        assert "interrupted" not in run.data.tags

@@ -58,6 +58,7 @@ class SignalGuard:
         self.repeats_are_copies = repeats_are_copies
         self.defer = False
         self.pending: int | None = None
+        self.raised: int | None = None  # the pending signal was raised into running code (not only deferred)
         self.calls = 0  # MLflow calls under way (atomic): a signal is never raised inside one
         self.received = 0  # signals handled so far (copies not counted)
         self.last: tuple[int, float] = (0, -1e9)  # the last signal and when it came
@@ -94,7 +95,7 @@ class SignalGuard:
         # code that catches everything (datasets' fingerprint hashing has a bare `except:`) can swallow
         # the KeyboardInterrupt, and in a sweep worker the launcher's copy is then dropped as a repeat.
         # A pending signal stops the run at its next check (a step's end), saved.
-        self.pending = signum
+        self.pending = self.raised = signum
         raise Interrupted(signum)
 
     @contextmanager
@@ -126,11 +127,12 @@ class SignalGuard:
         finally:
             self.calls -= 1
             if not before and not self.calls and self.received > seen:
+                self.raised = self.pending
                 raise Interrupted(self.pending)  # kept pending too, as a signal raised at once is
 
     def raise_pending(self) -> None:
         if self.pending is not None:
-            signum, self.pending = self.pending, None
+            signum, self.pending, self.raised = self.pending, None, None
             raise Interrupted(signum)
 
 
@@ -222,10 +224,14 @@ def exclusive(lock: Path):
         except FileNotFoundError:
             pass
         f.close()  # the holder removed it as we locked: take the new one
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()} {socket.gethostname()}\n")
-    f.flush()
+    try:
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()} {socket.gethostname()}\n")
+        f.flush()
+    except BaseException:  # a full disk, a signal: the lock goes with the file
+        f.close()
+        raise
     return f
 
 

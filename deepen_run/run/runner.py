@@ -8,6 +8,7 @@ A dry run stops after recording the model's sizes: it imports nothing of data, m
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -129,18 +130,22 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
         status = "FINISHED"
         return score
     except KeyboardInterrupt as e:
+        killed = stopped(e, str(e) or "KeyboardInterrupt", signals, recipe, home, tracker)
         status = "KILLED"
-        raise stopped(e, str(e) or "KeyboardInterrupt", signals, recipe, home, tracker) from e
+        raise killed from e
     except TrackingLost:
         raise  # the store is gone: nothing more can be recorded there (the checkpoint is saved)
     except Exception as e:
-        if signals.pending is not None:
+        if signals.raised is not None and signals.pending is not None:
             # The signal came first and was raised inside library code, which turned it into another
             # error (CPython's `from os import <missing name>` in tqdm, hit in CI, raised "TypeError:
-            # expected a message argument"): the run was stopped, not broken.
-            status = "KILLED"
+            # expected a message argument"): the run was stopped, not broken. A signal only deferred
+            # (a step's end) raised nothing: an error then is the run's own, FAILED below.
             why = f"{Interrupted(signals.pending)} (it surfaced as {first_line(e)})"
-            raise stopped(Interrupted(signals.pending), why, signals, recipe, home, tracker) from e
+            print(f"deepen-run: warning: {why}", file=sys.stderr)
+            killed = stopped(Interrupted(signals.pending), why, signals, recipe, home, tracker)
+            status = "KILLED"
+            raise killed from e
         line = first_line(e, 5000)
         if not restored:
             status = before or "KILLED"
@@ -168,7 +173,7 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
 def stopped(e: KeyboardInterrupt, why: str, signals: SignalGuard, recipe, home, tracker) -> RunKilled:
     """A run stopped by a signal: its last step saved, why tagged; -> the RunKilled to raise, which
     names the signal and the checkpoint to the command's exit message or the sweep job."""
-    signals.pending = None  # e is that signal, handled here; another one waits until the run is KILLED
+    signals.pending = signals.raised = None  # e is that signal, handled here; another one waits until the run is KILLED
     with signals.deferred():  # raised in here, it would lose the checkpoint's name and the exit message
         if recipe is not None:  # stopped after the loop (publishing the model): the last step is saved too
             recipe.saver.on_interrupt()

@@ -207,13 +207,16 @@ def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
 
 
 def start(info: dict, tracker) -> None:
-    """At the sweep's start: the swept keys as columns, an empty note (the job watcher fills it as jobs
-    end: sweep/outcomes.py watch, on_end=update)."""
+    """At the sweep's start: the swept keys as columns, the note (empty, or a resumed sweep's so far),
+    which the job watcher rebuilds as jobs end (sweep/outcomes.py watch, on_end=update)."""
     from deepen_run.tracking import ui
 
     try:
         ui.apply(tracker.client, tracker.experiment_id, (), info["parent_run_id"], columns(info["params"]))
-        tracker.set_tags({NOTE: note(info, [], None, "running")})
+        if info.get("attempt", 1) > 1:
+            update(info, tracker)  # a resumed sweep: the earlier attempts' children at once
+        else:
+            tracker.set_tags({NOTE: note(info, [], None, "running")})
     except Exception as e:  # noqa: BLE001
         print(f"deepen-run: warning: the sweep's run note was not set: {first_line(e)}", file=sys.stderr)
 
