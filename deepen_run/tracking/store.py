@@ -6,6 +6,7 @@ Off the main process every call is a no-op, so only rank 0 writes.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import logging
@@ -98,7 +99,7 @@ class Whole:
 class Tracker:
     def __init__(self, uri: str, experiment: str, enabled: bool = True, signals=None):
         """signals: the run's SignalGuard, whose handler raises: MLflow calls are made whole (Whole)."""
-        self.uri, self.experiment, self.enabled = uri, experiment, enabled
+        self.uri, self.experiment, self.enabled, self.signals = uri, experiment, enabled, signals
         self.shown = mask_uri(uri)  # what a message may print: never a user:password@'s password
         if enabled and self.shown != uri:
             import os
@@ -122,6 +123,10 @@ class Tracker:
             except Exception as e:  # noqa: BLE001 (a database URI whose driver is not installed, say)
                 raise UserError(f"tracking.uri={self.shown}: cannot open the store ({hide(first_line(e, 200))}); "
                                 "install its database driver, or use the default local store") from e
+
+    def whole(self):
+        """A block of calls that runs whole, as each call does (Whole): a signal acts at its end."""
+        return self.signals.atomic() if self.signals is not None else contextlib.nullcontext()
 
     def check(self) -> None:
         """Reach the store now: better to fail at start than after an hour of training.
