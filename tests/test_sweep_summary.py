@@ -228,6 +228,8 @@ def test_a_sweep_of_dry_runs_over_two_keys_ends_with_its_links_and_no_figure(tmp
             f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep")
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr[-3000:]
     assert "the sweep's parent" in r.stdout and "compare the children" in r.stdout
+    jobs = [ln for ln in r.stdout.splitlines() if "] FINISHED " in ln]  # each job's line: no eval/score=nan
+    assert len(jobs) == 4 and all("a dry run: no eval/score" in ln and "nan" not in ln for ln in jobs), r.stdout
     client, runs = runs_of(uri)
     (parent,) = [x for x in runs if x.data.tags.get("sweep_role") == "parent"]
     note = parent.data.tags[sweep_summary.NOTE]

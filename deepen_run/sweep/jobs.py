@@ -87,7 +87,7 @@ class SweepJob:
         try:
             self._stop_if_told()
             score = float(run_fn(cfg, tags=self.tags(), signals=signals))
-            outcome = {"status": "FINISHED", "name": name, "score": score}
+            outcome = {"status": "FINISHED", "name": name, "score": score} | ({"dry_run": True} if cfg.dry_run else {})
         except KeyboardInterrupt as e:  # the run ended KILLED (with a checkpoint if one was saved)
             signals.defer = True  # from here, another copy of the signal waits (and is dropped)
             stopped, ckpt = e, e.checkpoint if isinstance(e, RunKilled) else None

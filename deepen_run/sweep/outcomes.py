@@ -75,7 +75,8 @@ def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts, on_e
             elif d.get("kept"):
                 print(f"{k} kept: {d['name']} FINISHED before  eval/score={d['score']:.4f}", flush=True)
             elif d["status"] == "FINISHED":
-                print(f"{k} FINISHED {d['name']}  eval/score={d['score']:.4f}  ({d['seconds']:.0f} s)", flush=True)
+                said = "a dry run: no eval/score" if d.get("dry_run") else f"eval/score={d['score']:.4f}"
+                print(f"{k} FINISHED {d['name']}  {said}  ({d['seconds']:.0f} s)", flush=True)
             else:
                 print(f"{k} {d['status']} {d['name']}  {d['error']}  ({d['seconds']:.0f} s)", flush=True)
         if ended and not done:  # at the end, Launch.close writes both itself
