@@ -21,6 +21,16 @@ def test_near_uniform_importances_look_near_uniform(tmp_path):
     assert abs(one[0, 0] - 0.5) < 1e-9
 
 
+
+def test_the_title_fits_with_a_single_layer_read():
+    """With one or two layers read the figure was narrower than its title, cut off at both ends."""
+    title = "HIRE mean layer importance on dev (softmax)"
+    for cols in (["5"], ["5", "6"], [str(j) for j in range(7)]):
+        fig = heatmap([[1 / len(cols)] * len(cols)] * 2, ["sst2", "rte"], cols, title, "task")
+        fig.canvas.draw()
+        box = fig.axes[0].title.get_window_extent(fig.canvas.get_renderer())
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.x1, (cols, box, fig.bbox)
+
 TABLE = """| # | backbone | method | setup | settings | RTE | Avg | Δ Avg vs baseline [95% CI] | n | step (s) |
 |---|---|---|---|---|---|---|---|---|---|
 | 1 | tiny | baseline | single-task | - | 51.8 ± 0.3 | 51.8 ± 0.3 | (baseline) | 2 | 0.1 |

@@ -62,8 +62,9 @@ def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str):
 
     v = np.asarray(values, dtype=float)
     norm = scale(v.shape[1])
-    fig, ax = plt.subplots(figsize=(2.4 + 0.8 * len(cols) + 0.065 * max(map(len, rows), default=0),
-                                    1.5 + 0.42 * len(rows)))
+    width = 2.4 + 0.8 * len(cols) + 0.065 * max(map(len, rows), default=0)
+    # wide enough for the title too: with one or two layers read it was cut off at both ends
+    fig, ax = plt.subplots(figsize=(max(width, 1.5 + 0.09 * len(title)), 1.5 + 0.42 * len(rows)))
     im = ax.imshow(v, cmap="RdBu_r", norm=norm, aspect="auto")
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows, fontsize=8 if len(rows) > 8 else 10)
