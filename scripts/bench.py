@@ -99,10 +99,13 @@ def parse(argv=None):
                    help="method table batches: real examples, dynamically padded (sst2) or every token real (full)")
     p.add_argument("--method-override", nargs="*", default=[], help="Hydra overrides for every method model")
     a = p.parse_args(argv)
-    if a.quick:
-        a.steps, a.chunk, a.method_steps, a.rounds, a.lengths, a.max_eval = 8, 4, 1, 2, [32, 64], a.max_eval or 128
-        a.startup_rounds, a.whole_rounds, a.versus_rounds, a.versus_steps = 1, 0, 1, 3
-        a.accuracy_seeds, a.accuracy_steps, a.accuracy_train_samples, a.accuracy_max_len = a.accuracy_seeds[:1], 3, 200, 64
+    if a.quick:  # smaller defaults: what the command line gave stays (--quick --versus-rounds 0 skips that part)
+        quick = dict(steps=8, chunk=4, method_steps=1, rounds=2, lengths=[32, 64], max_eval=128, startup_rounds=1,
+                     whole_rounds=0, versus_rounds=1, versus_steps=3, accuracy_seeds=a.accuracy_seeds[:1],
+                     accuracy_steps=3, accuracy_train_samples=200, accuracy_max_len=64)
+        for k, v in quick.items():
+            if getattr(a, k) == p.get_default(k):
+                setattr(a, k, v)
     if a.startup_only + a.methods_only + a.limit_only > 1:
         p.error("--startup-only, --methods-only and --limit-only exclude each other")
     if a.steps % a.chunk or a.steps // a.chunk < 2:
