@@ -16,11 +16,12 @@ from deepen_run.tracking.store import Tracker, flatten
 EXP = "study-test"
 
 
-def log_run(uri, overrides, metrics, status="FINISHED", extra_tags=None):
+def log_run(uri, overrides, metrics, status="FINISHED", extra_tags=None, chosen=None):
+    """chosen: the params a run logs about its own choices (train/unpad, ..., run/fast.py)."""
     cfg = make_cfg(*overrides, f"tracking.uri={uri}", f"tracking.experiment={EXP}")
     t = Tracker(uri, EXP)
     t.start("r", tags_for(cfg) | (extra_tags or {}))
-    t.log_params(flatten(public_config(cfg)))
+    t.log_params(flatten(public_config(cfg)) | (chosen or {}))
     t.log_metrics(metrics, 1)
     t.end(status)
 
@@ -112,6 +113,24 @@ def test_options_varying_within_a_method_label_the_rows(mlflow_uri):
     assert rows["hire", "gru_layers=3"]["rte"]["mean"] == pytest.approx(63.0)
     assert rows["hire", "gru_layers=3"]["delta"]["mean"] == pytest.approx(8.0)
 
+
+
+def test_a_duplicated_row_pairs_with_its_plain_baseline_whatever_the_run_explains_of_its_choices(mlflow_uri):
+    """A run logs why it chose and what the choice touched (train/unpad_linears: 36 Linears unpadded
+    in MiniLM, 42 with layer 2 copied). As part of the key, that count kept every duplicated row from
+    its plain baseline ("- (no baseline row)") and cluttered every label."""
+    def chosen(linears):
+        return {"train/unpad": "on", "train/unpad_reason": "auto: bf16 on a CPU", "train/unpad_linears": str(linears)}
+
+    for seed in (1, 2):
+        log_run(mlflow_uri, ["method=baseline", "task=rte", f"seed={seed}"], rte(60.0 + seed), chosen=chosen(36))
+        log_run(mlflow_uri, ["method=hire", "task=rte", "backbone.duplicate_layers=[2]", f"seed={seed}"],
+                rte(63.0 + 2 * seed), chosen=chosen(42))
+    rows = report.build(report.load_runs(mlflow_uri, EXP, {}))["rows"]
+    (base,) = [r for r in rows if r["method"] == "baseline"]
+    (hire,) = [r for r in rows if r["method"] == "hire"]
+    assert hire["baseline"] == base["id"] and hire["delta"]["mean"] == pytest.approx(4.5)
+    assert "unpad" not in hire["settings"] + base["settings"], (hire["settings"], base["settings"])
 
 def test_a_seed_run_twice_counts_once_and_tasks_restricts_every_column(mlflow_uri, tmp_path, capsys):
     # The baseline ran RTE and MRPC with seeds 1-2; an ablation grid ran RTE seed 1 again (same

@@ -25,6 +25,11 @@ IGNORED = neutral_keys(methods=schemas()) | {"seed"}
 IGNORED_PREFIXES = ("sweep.", "hydra.")
 PATHLIKE_NAME = re.compile(r"(^|[._])(path|dir|uri|file|url)$")
 PATHLIKE_VALUE = re.compile(r"^(/|~/|[a-z]+://|[a-z]+:///|pkg://)")
+# What a run wrote about its own choices (deepen_run/run/fast.py, train.py): why it chose, and what
+# the choice touched. They follow from the key's other settings and the machine: as part of the key,
+# train/unpad_linears (a count that grows with duplicated layers) kept every duplicated row from its
+# plain baseline.
+EXPLAINS = re.compile(r"^train/\w+_(reason|linears|in)$")
 # Path-like, yet they change the result (the weights, the data): always part of the key.
 SEPARATE = frozenset({"backbone.path", "data.glue_dir"})
 MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch", "train.steps_per_task")
@@ -66,7 +71,7 @@ def _ignored(k: str, v: str, multi: bool) -> bool:
         return True
     if k in SEPARATE:
         return False
-    if k in IGNORED or k.startswith(IGNORED_PREFIXES) or PATHLIKE_NAME.search(k):
+    if k in IGNORED or k.startswith(IGNORED_PREFIXES) or PATHLIKE_NAME.search(k) or EXPLAINS.match(k):
         return True
     if PATHLIKE_VALUE.match(str(v)):
         return True
