@@ -39,3 +39,20 @@ def fail(msg: str, code: int, newline: bool = False, prog: str = "deepen-run") -
 
 def fail_with(e: UserError, prog: str = "deepen-run") -> None:
     fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss), prog=prog)
+
+
+def composition_line(e: Exception) -> str:
+    """Hydra's or OmegaConf's composition error, said in the command's own terms: an unknown group
+    option lists the options (not Hydra's config search path), a value of the wrong type names the
+    override it came from."""
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(e, MissingConfigException) and e.options:
+        group, _, name = str(e.missing_cfg_file).rpartition("/")
+        return f"{group}={name}: no such {group}; choose one of: {', '.join(e.options)}"
+    cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
+    merging = "Error merging override "
+    if cause is not None and str(e).startswith(merging) and getattr(cause, "msg", None):
+        return f"{str(e)[len(merging):]}: {cause.msg.splitlines()[0]}"  # its next lines: OmegaConf's node info"
+    return f"{e} {one_line(cause) if cause else ''}"

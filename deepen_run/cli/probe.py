@@ -24,7 +24,7 @@ from hydra.core.config_store import ConfigStore  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from deepen_run.config.schema import ROOT, Inputs  # noqa: E402
-from deepen_run.errors import FromRun, UserError, fail, fail_with  # noqa: E402
+from deepen_run.errors import FromRun, UserError, composition_line, fail, fail_with  # noqa: E402
 
 @dataclass
 class ProbeSettings:
@@ -258,7 +258,7 @@ def main() -> None:
         from deepen_run.run.preflight import typo
 
         better = typo(str(e), sys.argv[1:], app="probe")  # a key without + that the schema lacks
-        fail(str(better or e), 2, prog="deepen-probe")
+        fail(str(better) if better else composition_line(e), 2, prog="deepen-probe")
 
 
 if __name__ == "__main__":

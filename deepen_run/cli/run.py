@@ -26,7 +26,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import hydra  # noqa: E402
 
 from deepen_run.config.schema import ROOT, register  # noqa: E402
-from deepen_run.errors import FromRun, UserError, fail, fail_with  # noqa: E402
+from deepen_run.errors import FromRun, UserError, composition_line, fail, fail_with  # noqa: E402
 from deepen_run.methods import schemas  # noqa: E402
 from deepen_run.util import QuickExit, one_line, phase  # noqa: E402
 
@@ -182,8 +182,7 @@ def main() -> None:
         from deepen_run.run.preflight import typo
 
         better = typo(str(e), sys.argv[1:])  # a key without + that the schema lacks: did you mean ...
-        cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
-        fail(str(better) if better else f"{e} {one_line(cause) if cause else ''}", 2)
+        fail(str(better) if better else composition_line(e), 2)
 
 
 def entry() -> None:
