@@ -78,3 +78,13 @@ def test_a_note_too_long_for_a_tag_points_to_the_whole_table_instead_of_losing_r
     tracker.set_tags({summary.NOTE: "x" * 7000})
     assert len(tracker.client.get_run(tracker.run_id).data.tags[summary.NOTE]) == 7000
     tracker.end("FINISHED")
+
+
+def test_the_sampling_schedule_ticks_whole_epochs():
+    """Two epochs were ticked 0.75, 1.00, 1.25, ...: an epoch is a whole number."""
+    from deepen_run.figures import sampling_plot
+
+    fig = sampling_plot([{"epoch": 1, "rte": 0.5, "mrpc": 0.5}, {"epoch": 2, "rte": 0.4, "mrpc": 0.6}], ["rte", "mrpc"])
+    fig.canvas.draw()
+    ticks = [t for t in fig.axes[0].get_xticks() if 0.5 <= t <= 2.5]
+    assert ticks == [1.0, 2.0], ticks
