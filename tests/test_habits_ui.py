@@ -88,3 +88,9 @@ def test_the_sampling_schedule_ticks_whole_epochs():
     fig.canvas.draw()
     ticks = [t for t in fig.axes[0].get_xticks() if 0.5 <= t <= 2.5]
     assert ticks == [1.0, 2.0], ticks
+
+
+def test_the_layer_axis_explains_the_copy_this_model_has():
+    """The axis said "3' = a copy of 3" whichever layer was copied."""
+    fig = heatmap([[0.25] * 4], ["rte"], ["1", "5", "5'", "6"], "t", "task")
+    assert fig.axes[0].get_xlabel() == "backbone layer (0 = embeddings; 5' = a copy of 5)"

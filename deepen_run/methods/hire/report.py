@@ -68,7 +68,8 @@ def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str):
     im = ax.imshow(v, cmap="RdBu_r", norm=norm, aspect="auto")
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows, fontsize=8 if len(rows) > 8 else 10)
-    copies = "; 3' = a copy of 3" if any("'" in c for c in cols) else ""
+    copy = next((c for c in cols if "'" in c), None)  # the notation, said with this model's own first copy
+    copies = f"; {copy} = a copy of {copy[:-1]}" if copy else ""
     ax.set(xlabel=f"backbone layer (0 = embeddings{copies})", ylabel=ylabel, title=title)
     for i in range(v.shape[0]):
         for j in range(v.shape[1]):
