@@ -41,18 +41,29 @@ def fail_with(e: UserError, prog: str = "deepen-run") -> None:
     fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss), prog=prog)
 
 
-def composition_line(e: Exception) -> str:
+def composition_line(e: Exception, overrides: list[str] = ()) -> str:
     """Hydra's or OmegaConf's composition error, said in the command's own terms: an unknown group
     option lists the options (not Hydra's config search path), a value of the wrong type names the
-    override it came from."""
+    override it came from. overrides: the command's."""
+    import re
+
     from hydra.errors import MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
     if isinstance(e, MissingConfigException) and e.options:
-        group, _, name = str(e.missing_cfg_file).rpartition("/")
-        return f"{group}={name}: no such {group}; choose one of: {', '.join(e.options)}"
+        missing = str(e.missing_cfg_file)
+        typed = [(k.lstrip("+~"), v) for k, _, v in (o.partition("=") for o in overrides)]
+        # The override that named it (an option may hold a slash: backbone=minilm/nope); else a config
+        # file's defaults list did, which Hydra names
+        hit = next(((k, v) for k, v in typed if f"{k}/{v}" == missing), None)
+        group, name = hit or missing.rpartition("/")[::2]
+        parent = re.match(r"In '[^']+': ", str(e))
+        where = parent[0] if parent and hit is None else ""
+        return f"{where}{group}={name}: no such {group}; choose one of: {', '.join(e.options)}"
     cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
     merging = "Error merging override "
-    if cause is not None and str(e).startswith(merging) and getattr(cause, "msg", None):
-        return f"{str(e)[len(merging):]}: {cause.msg.splitlines()[0]}"  # its next lines: OmegaConf's node info"
+    # OmegaConf's msg: its reason, then lines of node information (full_key: ...)
+    reason = next((ln for ln in str(getattr(cause, "msg", "") or "").splitlines() if ln.strip()), "")
+    if str(e).startswith(merging) and reason and not reason.lstrip().startswith("full_key:"):
+        return f"{str(e)[len(merging):]}: {reason.strip()}"
     return f"{e} {one_line(cause) if cause else ''}"

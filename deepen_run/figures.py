@@ -18,7 +18,7 @@ def sampling_plot(table: list[dict], tasks: list[str]):
         ax.bar(epochs, vals, bottom=bottom, label=t)
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set(xlabel="epoch", ylabel="probability of a batch", title="task sampling schedule", ylim=(0, 1))
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole: no 1.25
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # epochs are whole: no 1.25
     ax.legend(bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=8)
     fig.tight_layout()
     return fig

@@ -103,8 +103,9 @@ def parse(argv=None):
         quick = dict(steps=8, chunk=4, method_steps=1, rounds=2, lengths=[32, 64], max_eval=128, startup_rounds=1,
                      whole_rounds=0, versus_rounds=1, versus_steps=3, accuracy_seeds=a.accuracy_seeds[:1],
                      accuracy_steps=3, accuracy_train_samples=200, accuracy_max_len=64)
+        typed = {arg.split("=", 1)[0] for arg in (sys.argv[1:] if argv is None else argv) if arg.startswith("--")}
         for k, v in quick.items():
-            if getattr(a, k) == p.get_default(k):
+            if "--" + k.replace("_", "-") not in typed:
                 setattr(a, k, v)
     if a.startup_only + a.methods_only + a.limit_only > 1:
         p.error("--startup-only, --methods-only and --limit-only exclude each other")

@@ -107,6 +107,7 @@ DATA = {  # fixture name -> (GLUE folder, {split: text})
 CASES = [
     # the group's options, not Hydra's config search path
     ("unknown-option", ["backbone=nope"], "backbone=nope: no such backbone; choose one of: bert_base, "),
+    ("unknown-option-with-a-slash", ["backbone=minilm/nope"], "backbone=minilm/nope: no such backbone; choose one "),
     ("unknown-key", ["train.learning_rat=1e-3"], "learning_rat"),
     ("wrong-type", ["train.batch_size=many"], "train.batch_size=many: Value 'many' of type 'str' could not be "
                                               "converted to Integer"),

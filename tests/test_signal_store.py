@@ -129,10 +129,10 @@ def test_a_signal_that_library_code_turns_into_another_error_still_ends_the_run_
         assert "interrupted" not in run.data.tags
 
 
-def test_a_signal_while_the_model_is_published_acts_once_it_is_ready(tmp_path):
+def test_a_signal_at_the_end_of_the_models_creation_leaves_no_pending_model(tmp_path):
     """Raised at the end of create_logged_model, a signal left a PENDING model in the Models tab whose
-    id the run never saw (so never finalized). The publishing runs whole: the model ends READY, its
-    files written and the run's tag naming it, and the signal is raised after."""
+    id the run never saw (so never finalized). It now waits for the id, and the model ends FAILED
+    (the resumed run publishes a new one); the run's tag names no model."""
     from deepen_run.tracking import models
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -140,16 +140,15 @@ def test_a_signal_while_the_model_is_published_acts_once_it_is_ready(tmp_path):
     tracker = Tracker(uri, "exp", signals=guard)
     tracker.start("r", {})
     tracker.log_metrics({"eval/score": 0.75}, step=4)
-    hook = ctrl_c_after("INSERT INTO logged_models")
+    hook, filled = ctrl_c_after("INSERT INTO logged_models"), []
     event.listen(sqlalchemy.engine.Engine, "do_execute", hook)
     try:
         with pytest.raises(Interrupted):
-            models.log_model(tracker, "m", {}, {}, lambda folder: (folder / "weights").write_text("w"), step=4)
+            models.log_model(tracker, "m", {}, {}, filled.append, step=4)
     finally:
         event.remove(sqlalchemy.engine.Engine, "do_execute", hook)
         guard.uninstall()
     client = MlflowClient(uri)
     [model] = client.search_logged_models([tracker.experiment_id])
-    assert model.status.name == "READY"
-    assert client.get_run(tracker.run_id).data.tags[models.MODEL_TAG] == model.model_id
-    assert (models.local_dir(model.artifact_location) / "weights").read_text() == "w"
+    assert model.status.name == "FAILED" and not filled  # stopped before any file was written
+    assert models.MODEL_TAG not in client.get_run(tracker.run_id).data.tags

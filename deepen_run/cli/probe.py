@@ -258,7 +258,7 @@ def main() -> None:
         from deepen_run.run.preflight import typo
 
         better = typo(str(e), sys.argv[1:], app="probe")  # a key without + that the schema lacks
-        fail(str(better) if better else composition_line(e), 2, prog="deepen-probe")
+        fail(str(better) if better else composition_line(e, sys.argv[1:]), 2, prog="deepen-probe")
 
 
 if __name__ == "__main__":

@@ -182,7 +182,7 @@ def main() -> None:
         from deepen_run.run.preflight import typo
 
         better = typo(str(e), sys.argv[1:])  # a key without + that the schema lacks: did you mean ...
-        fail(str(better) if better else composition_line(e), 2)
+        fail(str(better) if better else composition_line(e, sys.argv[1:]), 2)
 
 
 def entry() -> None:

@@ -29,7 +29,8 @@ PATHLIKE_VALUE = re.compile(r"^(/|~/|[a-z]+://|[a-z]+:///|pkg://)")
 # the choice touched. They follow from the key's other settings and the machine: as part of the key,
 # train/unpad_linears (a count that grows with duplicated layers) kept every duplicated row from its
 # plain baseline.
-EXPLAINS = re.compile(r"^train/\w+_(reason|linears|in)$")
+EXPLAINS = frozenset({"train/precision_reason", "train/attention_reason", "train/dropout_masks_reason",
+                      "train/unpad_reason", "train/unpad_linears", "train/dropout_masks_in"})
 # Path-like, yet they change the result (the weights, the data): always part of the key.
 SEPARATE = frozenset({"backbone.path", "data.glue_dir"})
 MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch", "train.steps_per_task")
@@ -71,7 +72,7 @@ def _ignored(k: str, v: str, multi: bool) -> bool:
         return True
     if k in SEPARATE:
         return False
-    if k in IGNORED or k.startswith(IGNORED_PREFIXES) or PATHLIKE_NAME.search(k) or EXPLAINS.match(k):
+    if k in IGNORED or k.startswith(IGNORED_PREFIXES) or PATHLIKE_NAME.search(k) or k in EXPLAINS:
         return True
     if PATHLIKE_VALUE.match(str(v)):
         return True

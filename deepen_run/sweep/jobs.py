@@ -157,7 +157,7 @@ class SweepJob:
         if run is None:
             return None
         return {"status": "FINISHED", "kept": True, "score": run["metrics"].get("eval/score", float("nan")),
-                "seconds": 0.0, "run_id": run["run_id"]}
+                "seconds": 0.0, "run_id": run["run_id"]} | ({"dry_run": True} if cfg.dry_run else {})
 
     def _failed_child(self, cfg, name: str, error: str, signals) -> None:
         """A job that failed before its run existed (bad input) still gets a FAILED child, so the

@@ -72,11 +72,10 @@ def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts, on_e
             if kind == "start.json":
                 if d.get("pid") != os.getpid():
                     print(start_line(int(num), n, d["overrides"]), flush=True)
-            elif d.get("kept"):
-                print(f"{k} kept: {d['name']} FINISHED before  eval/score={d['score']:.4f}", flush=True)
             elif d["status"] == "FINISHED":
                 said = "a dry run: no eval/score" if d.get("dry_run") else f"eval/score={d['score']:.4f}"
-                print(f"{k} FINISHED {d['name']}  {said}  ({d['seconds']:.0f} s)", flush=True)
+                print(f"{k} kept: {d['name']} FINISHED before  {said}" if d.get("kept") else
+                      f"{k} FINISHED {d['name']}  {said}  ({d['seconds']:.0f} s)", flush=True)
             else:
                 print(f"{k} {d['status']} {d['name']}  {d['error']}  ({d['seconds']:.0f} s)", flush=True)
         if ended and not done:  # at the end, Launch.close writes both itself

@@ -40,27 +40,30 @@ def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], 
     eval/* values to it and mark it READY. -> the model id. datasets: eval name (sst2, mnli-m) ->
     (dataset name, digest) of the dev set its eval/<name>/* metrics were measured on."""
     client: MlflowClient = tracker.client
-    # Whole: a signal that comes while the model is published acts once it is READY; raised at the end
-    # of create_logged_model, it left a PENDING model whose id the run never saw.
-    with tracker.whole():
-        model = client.create_logged_model(tracker.experiment_id, name=name, source_run_id=tracker.run_id, tags=tags,
-                                           params={k: str(v)[:6000] for k, v in params.items()}, model_type=MODEL_TYPE)
-        try:
-            where = local_dir(model.artifact_location)
-            if where is not None:
-                where.mkdir(parents=True, exist_ok=True)
-                fill(where)
-            else:  # a remote artifact store: write locally, upload, drop the local copy
-                with tempfile.TemporaryDirectory() as tmp:
-                    fill(Path(tmp))
-                    client.log_model_artifacts(model.model_id, tmp)
-            link_metrics(client, tracker.run_id, model.model_id, datasets or {})
-            client.log_outputs(tracker.run_id, [LoggedModelOutput(model.model_id, step)])
-            client.set_tag(tracker.run_id, MODEL_TAG, model.model_id)
-            client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
-        except BaseException:
+    model = None
+    try:
+        # A signal at the end of the call that creates the model waits for `model` to be set, so the
+        # model is finalized (FAILED) below: raised first, it left a PENDING model the run never saw.
+        with tracker.whole():
+            model = client.create_logged_model(tracker.experiment_id, name=name, source_run_id=tracker.run_id,
+                                               tags=tags, params={k: str(v)[:6000] for k, v in params.items()},
+                                               model_type=MODEL_TYPE)
+        where = local_dir(model.artifact_location)
+        if where is not None:
+            where.mkdir(parents=True, exist_ok=True)
+            fill(where)
+        else:  # a remote artifact store: write locally, upload, drop the local copy
+            with tempfile.TemporaryDirectory() as tmp:
+                fill(Path(tmp))
+                client.log_model_artifacts(model.model_id, tmp)
+        link_metrics(client, tracker.run_id, model.model_id, datasets or {})
+        client.log_outputs(tracker.run_id, [LoggedModelOutput(model.model_id, step)])
+        client.set_tag(tracker.run_id, MODEL_TAG, model.model_id)
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    except BaseException:
+        if model is not None:
             client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
-            raise
+        raise
     return model.model_id
 
 
