@@ -438,3 +438,13 @@ def test_contrasts_become_a_figure_labelled_by_what_tells_the_rows_apart(mlflow_
     assert tmp_path / "with" / "contrasts.png" in files and (tmp_path / "with" / "contrasts.png").stat().st_size > 0
     files = report.write(report.build(runs, contrasts=[], default_contrasts=False), tmp_path / "without")
     assert [f.name for f in files] == ["results.md", "results.csv", "results.png"]
+
+
+def test_one_contrast_says_there_is_nothing_to_adjust():
+    """Holm over one reading is the reading's own p: the note said "adjusted over the 1 contrasts"."""
+    from deepen_run.report.output import contrasts_markdown
+
+    one = {"a": 2, "b": 1, "task": "rte", "n": 2, "mean": -0.8, "lo": -10.7, "hi": 9.1, "p": 0.5, "p_holm": 0.5}
+    assert "p Holm: p itself (one reading: nothing to adjust over);" in contrasts_markdown({"contrasts": [one]})
+    two = contrasts_markdown({"contrasts": [one, one | {"task": "avg"}]})
+    assert "p Holm: adjusted over the 2 contrasts with a p;" in two

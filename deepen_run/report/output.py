@@ -84,8 +84,9 @@ def contrasts_markdown(table: dict) -> str:
     m = sum(c["p_holm"] is not None for c in cs)
     which = "avg readings alone (the per-task ones are descriptive)" if any(
         c["p"] is not None and c["p_holm"] is None for c in cs) else "contrasts with a p"
-    lines = ["", f"Contrasts (a - b, paired by seed; 95% t interval; p: two-sided t test; p Holm: adjusted over "
-                 f"the {m} {which}; avg: over the tasks both rows ran):", "",
+    holm = f"adjusted over the {m} {which}" if m != 1 else "p itself (one reading: nothing to adjust over)"
+    lines = ["", f"Contrasts (a - b, paired by seed; 95% t interval; p: two-sided t test; p Holm: {holm}; avg: "
+                 "over the tasks both rows ran):", "",
              "| a | b | task | n | a - b [95% CI] | p | p Holm |", "|---|---|---|---|---|---|---|"]
     for c in cs:
         ci = f" [{c['lo']:+.1f}, {c['hi']:+.1f}]" if c["lo"] is not None else ""
