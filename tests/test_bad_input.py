@@ -111,6 +111,8 @@ CASES = [
     ("unknown-key", ["train.learning_rat=1e-3"], "learning_rat"),
     ("wrong-type", ["train.batch_size=many"], "train.batch_size=many: Value 'many' of type 'str' could not be "
                                               "converted to Integer"),
+    ("a-count-for-a-switch", ["train.eval_per_epoch=2"], "train.eval_per_epoch=2: train.eval_per_epoch is a switch "
+                                                         "(true or false), not a number; to evaluate more often"),
     ("negative-lr", ["train.learning_rate=-1e-5"], "train.learning_rate"),
     ("zero-lr", ["train.learning_rate=0"], "train.learning_rate"),
     ("zero-batch", ["train.batch_size=0"], "train.batch_size"),

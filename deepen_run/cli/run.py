@@ -137,6 +137,22 @@ def checked_run(cfg, tags: dict[str, str] | None = None, signals=None) -> float:
                 signals.uninstall()
 
 
+def counted_switches(overrides: list[str]) -> None:
+    """OmegaConf reads any integer given to a bool key as true or false: train.eval_per_epoch=2 meant
+    two evaluations an epoch to its user, and got one. Refused, as a value Hydra rejects is."""
+    import re
+
+    from deepen_run.config.schema import bool_keys
+
+    switches = bool_keys(schemas())
+    for arg in overrides:
+        key, _, value = arg.partition("=")
+        counts = [v for v in value.split(",") if re.fullmatch(r"\s*-?\d+\s*", v) and v.strip() not in ("0", "1")]
+        if key.lstrip("+~") in switches and counts:
+            more = "; to evaluate more often, give train.eval_every=<steps>" if "eval_per_epoch" in key else ""
+            fail(f"{arg}: {key.lstrip('+~')} is a switch (true or false), not a number{more}", 2)
+
+
 def main() -> None:
     from deepen_run.cli.usage import run_help, wants_help
 
@@ -155,6 +171,7 @@ def main() -> None:
     if "arm" in keys and "method" in keys:  # an arm picks the method (conf/arm/): two choices, one wins
         fail(f"{keys['arm']} and {keys['method']}: an arm sets the method itself (conf/arm/); drop "
              f"{keys['method']}, or the arm", 2)
+    counted_switches(sys.argv[1:])
     sys.argv = quiet_other_ranks(sys.argv)
     os.environ["HYDRA_FULL_ERROR"] = "1"  # raise composition errors to us instead of printing them
     from deepen_run.run.progress import quiet_warnings

@@ -268,6 +268,21 @@ def neutral_keys(schema: type = None, prefix: str = "", methods: Mapping[str, ty
     return frozenset(out)
 
 
+def bool_keys(methods: Mapping[str, type] = MappingProxyType({}), schema: type = None, prefix: str = ""
+              ) -> frozenset[str]:
+    """Dotted keys of the bool fields of `schema` (default: Config) and its nested dataclasses, and
+    method.* of each method schema in `methods`: OmegaConf reads any integer there as true or false."""
+    schema = schema or Config
+    hints = typing.get_type_hints(schema)
+    out = {prefix + name for name, kind in hints.items() if kind is bool}
+    for name, kind in hints.items():
+        if dataclasses.is_dataclass(kind):
+            out |= bool_keys(schema=kind, prefix=f"{prefix}{name}.")
+    for method in methods.values():
+        out |= bool_keys(schema=method, prefix="method.")
+    return frozenset(out)
+
+
 def register(methods: Mapping[str, type]) -> None:
     """Config and each method=<name> schema (name -> dataclass: the method registry's schemas(),
     from the light config modules, no torch) in Hydra's ConfigStore."""
