@@ -41,6 +41,9 @@ def fail_with(e: UserError, prog: str = "deepen-run") -> None:
     fail(str(e), getattr(e, "exit_code", 2), newline=isinstance(e, NonFiniteLoss), prog=prog)
 
 
+PRIMARY = ("config", "probe")  # the commands' own configs (conf/config.yaml, conf/probe.yaml)
+
+
 def composition_line(e: Exception, overrides: list[str] = ()) -> str:
     """Hydra's or OmegaConf's composition error, said in the command's own terms: an unknown group
     option lists the options (not Hydra's config search path), a value of the wrong type names the
@@ -52,13 +55,14 @@ def composition_line(e: Exception, overrides: list[str] = ()) -> str:
 
     if isinstance(e, MissingConfigException) and e.options:
         missing = str(e.missing_cfg_file)
-        typed = [(k.lstrip("+~"), v) for k, _, v in (o.partition("=") for o in overrides)]
-        # The override that named it (an option may hold a slash: backbone=minilm/nope); else a config
-        # file's defaults list did, which Hydra names
-        hit = next(((k, v) for k, v in typed if f"{k}/{v}" == missing), None)
-        group, name = hit or missing.rpartition("/")[::2]
-        parent = re.match(r"In '[^']+': ", str(e))
-        where = parent[0] if parent and hit is None else ""
+        # The group of the override that named it, the longest that fits (an option may hold a slash:
+        # backbone=minilm/nope; hydra/launcher=...), else the path's last part is the option
+        groups = [k.lstrip("+~").split("@")[0] for k, _, _ in (o.partition("=") for o in overrides)]
+        typed = max((g for g in groups if missing.startswith(g + "/")), key=len, default=None)
+        group, name = (typed, missing[len(typed) + 1:]) if typed else missing.rpartition("/")[::2]
+        # Hydra's "In '<config>'": worth saying where a config file's own defaults list named it
+        parent = re.match(r"In '([^']+)': ", str(e))
+        where = parent[0] if parent and parent[1] not in PRIMARY and not typed else ""
         return f"{where}{group}={name}: no such {group}; choose one of: {', '.join(e.options)}"
     cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
     merging = "Error merging override "

@@ -64,7 +64,7 @@ RACE = ("deepen-run", "trainer", "trainer-pad128", "bare")
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)  # --quick reads what was typed
     p.add_argument("--backbone", default="minilm", help="a conf/backbone name (default: the offline MiniLM)")
     p.add_argument("--task", default="sst2", help="a single-task GLUE classification config (default sst2)")
     p.add_argument("--steps", type=int, default=60, help="training steps per contender (a multiple of --chunk)")

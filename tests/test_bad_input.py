@@ -113,6 +113,7 @@ CASES = [
                                               "converted to Integer"),
     ("a-count-for-a-switch", ["train.eval_per_epoch=2"], "train.eval_per_epoch=2: train.eval_per_epoch is a switch "
                                                          "(true or false), not a number; to evaluate more often"),
+    ("a-quoted-count-for-an-optional-switch", ["train.save_best='2'"], "train.save_best is a switch"),
     ("negative-lr", ["train.learning_rate=-1e-5"], "train.learning_rate"),
     ("zero-lr", ["train.learning_rate=0"], "train.learning_rate"),
     ("zero-batch", ["train.batch_size=0"], "train.batch_size"),

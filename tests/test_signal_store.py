@@ -152,3 +152,26 @@ def test_a_signal_at_the_end_of_the_models_creation_leaves_no_pending_model(tmp_
     [model] = client.search_logged_models([tracker.experiment_id])
     assert model.status.name == "FAILED" and not filled  # stopped before any file was written
     assert models.MODEL_TAG not in client.get_run(tracker.run_id).data.tags
+
+
+def test_a_signal_as_the_model_is_marked_ready_leaves_it_ready(tmp_path):
+    """The signal of a call is raised as the call returns: at the end of the one that marks the model
+    READY, it must not reach the handler that marks a failed publishing FAILED."""
+    from deepen_run.tracking import models
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    guard = SignalGuard().install()
+    tracker = Tracker(uri, "exp", signals=guard)
+    tracker.start("r", {})
+    hook = ctrl_c_after("UPDATE logged_models SET")  # finalize: its only UPDATE here
+    event.listen(sqlalchemy.engine.Engine, "do_execute", hook)
+    try:
+        with pytest.raises(Interrupted):
+            models.log_model(tracker, "m", {}, {}, lambda folder: (folder / "weights").write_text("w"), step=4)
+    finally:
+        event.remove(sqlalchemy.engine.Engine, "do_execute", hook)
+        guard.uninstall()
+    client = MlflowClient(uri)
+    [model] = client.search_logged_models([tracker.experiment_id])
+    assert model.status.name == "READY"
+    assert client.get_run(tracker.run_id).data.tags[models.MODEL_TAG] == model.model_id

@@ -124,7 +124,8 @@ def test_one_bad_value_launches_nothing(tmp_path, glue_dir):
             f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep", timeout=HANG)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
-    assert lines[0].startswith("deepen-run: error: sweep job 3 of 4 (train.batch_size=abc)"), lines[0]
+    assert lines[0] == "deepen-run: error: sweep job 3 of 4 (train.batch_size=abc): train.batch_size=abc: Value " \
+                       "'abc' of type 'str' could not be converted to Integer; nothing was launched", lines[0]
     assert "Traceback" not in r.stderr and not (tmp_path / "sweep").exists()
     assert not (tmp_path / "mlflow.db").exists()  # no parent, no child: nothing was recorded
 

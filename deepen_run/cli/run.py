@@ -139,18 +139,23 @@ def checked_run(cfg, tags: dict[str, str] | None = None, signals=None) -> float:
 
 def counted_switches(overrides: list[str]) -> None:
     """OmegaConf reads any integer given to a bool key as true or false: train.eval_per_epoch=2 meant
-    two evaluations an epoch to its user, and got one. Refused, as a value Hydra rejects is."""
-    import re
+    two evaluations an epoch to its user, and got one. Refused, as a value Hydra rejects is. Each
+    override is read by Hydra's own parser (sweeps, choice(), range(), quoted values)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from deepen_run.config.schema import bool_keys
 
-    switches = bool_keys(schemas())
+    switches, parser = bool_keys(schemas()), OverridesParser.create()
     for arg in overrides:
-        key, _, value = arg.partition("=")
-        counts = [v for v in value.split(",") if re.fullmatch(r"\s*-?\d+\s*", v) and v.strip() not in ("0", "1")]
-        if key.lstrip("+~") in switches and counts:
-            more = "; to evaluate more often, give train.eval_every=<steps>" if "eval_per_epoch" in key else ""
-            fail(f"{arg}: {key.lstrip('+~')} is a switch (true or false), not a number{more}", 2)
+        try:
+            o = parser.parse_override(arg)
+            values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        except Exception:  # noqa: BLE001 (a flag, or what Hydra itself refuses, in its own words)
+            continue
+        numbers = [v for v in values if not isinstance(v, bool) and str(v).strip().lstrip("-").isdigit()]
+        if o.key_or_group in switches and any(int(v) not in (0, 1) for v in numbers):
+            more = "; to evaluate more often, give train.eval_every=<steps>" if "eval_per_epoch" in arg else ""
+            fail(f"{arg}: {o.key_or_group} is a switch (true or false), not a number{more}", 2)
 
 
 def main() -> None:

@@ -274,7 +274,8 @@ def bool_keys(methods: Mapping[str, type] = MappingProxyType({}), schema: type =
     method.* of each method schema in `methods`: OmegaConf reads any integer there as true or false."""
     schema = schema or Config
     hints = typing.get_type_hints(schema)
-    out = {prefix + name for name, kind in hints.items() if kind is bool}
+    out = {prefix + name for name, kind in hints.items()  # bool, or Optional[bool] (train.save_best)
+           if kind is bool or set(typing.get_args(kind)) == {bool, type(None)}}
     for name, kind in hints.items():
         if dataclasses.is_dataclass(kind):
             out |= bool_keys(schema=kind, prefix=f"{prefix}{name}.")

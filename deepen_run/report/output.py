@@ -84,7 +84,8 @@ def contrasts_markdown(table: dict) -> str:
     m = sum(c["p_holm"] is not None for c in cs)
     which = "avg readings alone (the per-task ones are descriptive)" if any(
         c["p"] is not None and c["p_holm"] is None for c in cs) else "contrasts with a p"
-    holm = f"adjusted over the {m} {which}" if m != 1 else "p itself (one reading: nothing to adjust over)"
+    holm = f"adjusted over the {m} {which}" if m > 1 else \
+        "p itself (one reading: nothing to adjust over)" if m else "none (no contrast has a p)"
     lines = ["", f"Contrasts (a - b, paired by seed; 95% t interval; p: two-sided t test; p Holm: {holm}; avg: "
                  "over the tasks both rows ran):", "",
              "| a | b | task | n | a - b [95% CI] | p | p Holm |", "|---|---|---|---|---|---|---|"]

@@ -24,7 +24,7 @@ from typing import Optional
 
 from omegaconf import OmegaConf
 
-from deepen_run.errors import UserError
+from deepen_run.errors import UserError, composition_line
 from deepen_run.util import one_line
 
 
@@ -115,4 +115,9 @@ def check_jobs(config) -> None:
             better = typo(str(e), job, methods_swept=len(methods) > 1)
             if better is not None:
                 raise UserError(f"{which}: {better}; nothing was launched") from None
-            raise UserError(f"{which}: {type(e).__name__}: {_one_line(e)}; nothing was launched") from None
+            from hydra.errors import HydraException
+            from omegaconf.errors import OmegaConfBaseException
+
+            said = composition_line(e, job) if isinstance(e, (HydraException, OmegaConfBaseException)) else \
+                f"{type(e).__name__}: {_one_line(e)}"
+            raise UserError(f"{which}: {said}; nothing was launched") from None

@@ -59,11 +59,12 @@ def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], 
         link_metrics(client, tracker.run_id, model.model_id, datasets or {})
         client.log_outputs(tracker.run_id, [LoggedModelOutput(model.model_id, step)])
         client.set_tag(tracker.run_id, MODEL_TAG, model.model_id)
-        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
     except BaseException:
         if model is not None:
             client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
         raise
+    # Out of the try: a signal at this call's end (raised as it returns) must not turn READY into FAILED
+    client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
     return model.model_id
 
 
