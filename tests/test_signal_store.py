@@ -175,3 +175,52 @@ def test_a_signal_as_the_model_is_marked_ready_leaves_it_ready(tmp_path):
     [model] = client.search_logged_models([tracker.experiment_id])
     assert model.status.name == "READY"
     assert client.get_run(tracker.run_id).data.tags[models.MODEL_TAG] == model.model_id
+
+
+def test_a_signal_that_surfaces_as_another_error_while_the_weights_load_stops_the_command(tmp_path, glue_dir,
+                                                                                       monkeypatch):
+    """Before the run exists in MLflow (loading the weights), the same turn of a signal into another
+    error made the command fail (exit 1, a sweep's job FAILED): it now stops it as that signal."""
+    from conftest import make_cfg
+    from deepen_run.cli.run import checked_run
+    from deepen_run.model import steps
+    from deepen_run.run import resume, runner
+
+    import time
+
+    def load(cfg):
+        try:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(5)  # the handler raises Interrupted here, at once (loading is not deferred)
+        except KeyboardInterrupt:
+            raise TypeError("expected a message argument") from None
+
+    home = tmp_path / "run"
+    home.mkdir()
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = make_cfg("backbone=tiny", "task=rte", "train.max_steps=2", "data.max_train_samples=16",
+                   f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"data.cache_dir={tmp_path}/cache")
+    monkeypatch.setattr(resume, "current_dir", lambda: home)
+    monkeypatch.setattr(runner, "current_dir", lambda: home)
+    monkeypatch.setattr(steps, "load", load)
+    with pytest.raises(Interrupted) as stopped:
+        checked_run(cfg)
+    assert stopped.value.signum == signal.SIGUSR1 and isinstance(stopped.value.__cause__, TypeError)
+    assert not isinstance(getattr(signal.getsignal(signal.SIGUSR1), "__self__", None), SignalGuard)  # given back
+    assert not MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("deepen-run").experiment_id])
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_kept(tmp_path):
+    """The lock was opened following links, then emptied: a run dir's `.lock` linked to a file of the
+    user's would have lost that file's content."""
+    from deepen_run.errors import UserError
+    from deepen_run.run.lifecycle import LOCK, run_dir_lock
+
+    mine = tmp_path / "notes.txt"
+    mine.write_text("a user's file")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK).symlink_to(mine)
+    with pytest.raises(UserError, match="is a link"):
+        with run_dir_lock(tmp_path / "run"):
+            pass
+    assert mine.read_text() == "a user's file"

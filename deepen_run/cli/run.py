@@ -132,6 +132,14 @@ def checked_run(cfg, tags: dict[str, str] | None = None, signals=None) -> float:
 
         try:
             return run(cfg, tasks, home, tags=tags, signals=signals)
+        except Exception as e:
+            # Before its MLflow run began (loading the weights), a signal that surfaced as another error
+            # stops the command as that signal: exit 128 + its number, a sweep's job KILLED. After, the
+            # runner has already read it so (and ended the run KILLED, saved).
+            killed = signals.surfaced(e)
+            if killed is None:
+                raise
+            raise killed from e
         finally:
             if own:
                 signals.uninstall()

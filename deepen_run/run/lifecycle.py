@@ -12,6 +12,7 @@ too, the user insists, except inside an MLflow call: there it joins the first.
 """
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import signal
@@ -130,6 +131,11 @@ class SignalGuard:
                 self.raised = self.pending
                 raise Interrupted(self.pending)  # kept pending too, as a signal raised at once is
 
+    def surfaced(self, error: BaseException) -> "Interrupted | None":
+        """The signal that `error` stands for: one raised at once into running code, which library code
+        turned into another exception (CPython's import machinery made one a TypeError), or None."""
+        return Interrupted(self.raised) if self.raised is not None and isinstance(error, Exception) else None
+
     def raise_pending(self) -> None:
         if self.pending is not None:
             signum, self.pending, self.raised = self.pending, None, None
@@ -212,7 +218,13 @@ def exclusive(lock: Path):
     import fcntl
 
     while True:
-        f = open(lock, "a+")
+        try:  # no link followed: a lock file that is a link would have its target emptied
+            f = os.fdopen(os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "r+")
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise UserError(f"{lock} is a link; deepen-run keeps its lock there as a file of its own: remove "
+                            "the link") from None
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -136,14 +136,15 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
     except TrackingLost:
         raise  # the store is gone: nothing more can be recorded there (the checkpoint is saved)
     except Exception as e:
-        if signals.raised is not None:
+        surfaced = signals.surfaced(e)
+        if surfaced is not None:
             # The signal came first and was raised inside library code, which turned it into another
             # error (CPython's `from os import <missing name>` in tqdm, hit in CI, raised "TypeError:
             # expected a message argument"): the run was stopped, not broken. A signal only deferred
             # (a step's end) raised nothing: an error then is the run's own, FAILED below.
-            why = f"{Interrupted(signals.raised)} (it surfaced as {first_line(e)})"
+            why = f"{surfaced} (it surfaced as {first_line(e)})"
             print(f"deepen-run: warning: {why}", file=sys.stderr)
-            killed = stopped(Interrupted(signals.raised), why, signals, recipe, home, tracker)
+            killed = stopped(surfaced, why, signals, recipe, home, tracker)
             status = "KILLED"
             raise killed from e
         line = first_line(e, 5000)
