@@ -53,7 +53,7 @@ def choose_attention(value: str, precision: str, cuda: bool) -> tuple[str | None
     """-> (transformers' attn_implementation, or None for its default; why). auto = eager for bf16 on
     a CPU: in training (dropout on) torch's CPU SDPA takes its math path, and transformers' eager
     attention trained a bf16 MiniLM step 1.10x faster than it on an AVX-512 BF16 CPU
-    (scripts/bench_attention.py). Elsewhere the default (sdpa): fp32 runs keep their exact path.
+    (docs/history/performance.md). Elsewhere the default (sdpa): fp32 runs keep their exact path.
     Pure, for the test."""
     if value != "auto":
         return str(value), "set by train.attention"

@@ -46,7 +46,7 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 
 def phase(name: str) -> None:
-    """Where a run's wall time goes, for `make bench` (scripts/bench_phases.py): with DEEPEN_PHASES=<file>
+    """Where a run's wall time goes, for `make bench` (scripts/benchkit/phases.py): with DEEPEN_PHASES=<file>
     set, append `<name> <unix time>`; otherwise nothing. About ten marks a run, none inside the loop."""
     path = os.environ.get("DEEPEN_PHASES")
     if path:

@@ -1,28 +1,32 @@
-"""`make bench`: deepen-run's training loop side by side with the Hugging Face Trainer.
+"""`make bench`: deepen-run's speed on this machine, side by side with the Hugging Face Trainer.
 
-One process, one machine, one backbone, the same examples in the same order, batch size,
-learning rate and schedule. Prints Markdown tables and writes outputs/bench/bench.{json,md}:
+The one entry point of the bench (its parts: scripts/benchkit/). Its first line names the CPU and the
+flags that decide what train.*=auto does there (benchkit/cpu.py). Prints Markdown tables and writes
+outputs/bench/bench.{json,md}; `--only` runs some sections, in this order:
 
-1. throughput (examples/s, tokens/s) of deepen-run, the Trainer (dynamic padding), the Trainer
-   padded to 128 as run_glue.py does, and a bare forward/backward/AdamW loop (the ceiling);
-   the ratios; dev accuracy of each after the same steps; peak memory growth;
-2. step time of every registered method (hire, pals, duplicate with k = 1, 2, 4 layers) vs baseline;
-3. step time vs sequence length (32, 64, 128, 256);
-4. whole processes (scripts/bench_startup.py): a dry run and a rejected override as ratios to
-   `python -c "import torch"`, and a 60-step HIRE run as a ratio to the same baseline run;
-5. the whole 150-step SST-2 process against the Trainer's (fp32 default and bf16=True), phase by phase
-   (scripts/bench_phases.py);
-6. the machine's limit (scripts/bench_limit.py): peak matmul GFLOP/s in fp32 and bf16, the model
-   FLOP/s of MiniLM and BERT-base-sized steps as a fraction of it, a step's profile by op group;
-7. bf16 vs fp32 dev accuracy over 3 seeds, whole deepen-run processes (scripts/bench_accuracy.py).
-Contenders take turns in chunks of steps (scripts/bench_race.py) and reports are medians over
-chunks, so a noisy shared machine yields fair ratios (absolute numbers move with the load).
+  startup   whole processes: a dry run and a rejected override as ratios to `python -c "import torch"`,
+            and a 60-step HIRE run as a ratio to the same baseline run (benchkit/startup.py)
+  phases    the whole 150-step SST-2 process against the Trainer's (fp32 default and bf16=True), phase
+            by phase, rounds taking turns (benchkit/phases.py, benchkit/trainer_job.py)
+  accuracy  bf16 vs fp32 dev accuracy over 3 seeds, whole deepen-run processes (benchkit/accuracy.py)
+  race      throughput of deepen-run, the Trainer (dynamic padding), the Trainer padded to 128 as
+            run_glue.py does, and a bare forward/backward/AdamW loop (the ceiling); dev accuracy of each
+            after the same steps; peak memory growth (benchkit/contenders.py, benchkit/race.py)
+  methods   step time of every registered method (duplicate with k = 1, 2, 4 layers) vs baseline
+  lengths   step time vs sequence length (32, 64, 128, 256)
+  limit     peak matmul GFLOP/s in fp32 and bf16, the model FLOP/s of MiniLM and BERT-base-sized steps
+            as a fraction of it, a step's profile by op group (benchkit/limit.py)
+  compile   train.compile: compile seconds and the compiled step against the eager one (benchkit/compiled.py)
 
-    python scripts/bench.py                 # the defaults `make bench` uses (MiniLM, SST-2)
-    python scripts/bench.py --quick         # smoke run, a minute or two
-    python scripts/bench.py --backbone bert_base --steps 200
-    python scripts/bench.py --startup-only  # just the whole-process section (--whole-rounds 0: start-up only)
-    python scripts/bench.py --methods-only --method-batches full --method-override method.gru_layers=3
+Contenders take turns in chunks of steps and reports are medians over chunks or rounds, so a noisy
+shared machine yields fair ratios (absolute numbers move with the load).
+
+    python scripts/bench.py                 # every section: what `make bench` runs (MiniLM, SST-2)
+    python scripts/bench.py --quick         # smoke run, a few minutes (no compile section)
+    python scripts/bench.py --only phases   # deepen-run vs the Trainer, 3 rounds of 150 steps
+    python scripts/bench.py --only limit compile
+    python scripts/bench.py --backbone bert_base --steps 200 --only race
+    python scripts/bench.py --only methods --method-batches full --method-override method.gru_layers=3
                                             # method step times alone (HIRE's worst case: no padding)
 """
 from __future__ import annotations
@@ -41,13 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-import bench_accuracy  # noqa: E402
-import bench_contenders as bc  # noqa: E402
-import bench_limit  # noqa: E402
-import bench_report  # noqa: E402
-import bench_phases  # noqa: E402
-import bench_startup  # noqa: E402
-from bench_race import Baton, Lap, Memory, median, run_threads, sync  # noqa: E402
+from benchkit import accuracy, compiled, cpu, limit, phases, startup  # noqa: E402
+from benchkit import contenders as bc  # noqa: E402
+from benchkit import report as bench_report  # noqa: E402
+from benchkit.race import Baton, Lap, Memory, median, run_threads, sync  # noqa: E402
 from deepen_run.model import backbone as bb  # noqa: E402
 from deepen_run.data import loaders as gd  # noqa: E402
 from deepen_run.model import steps as backbone_steps  # noqa: E402
@@ -61,6 +62,7 @@ from deepen_run.model.heads import count  # noqa: E402
 from deepen_run.util import first_line, one_line  # noqa: E402
 
 RACE = ("deepen-run", "trainer", "trainer-pad128", "bare")
+SECTIONS = ("startup", "phases", "accuracy", "race", "methods", "lengths", "limit", "compile")
 
 
 def parse(argv=None):
@@ -81,15 +83,15 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--out", default=str(ROOT / "outputs" / "bench"))
     p.add_argument("--quick", action="store_true", help="smoke run: few steps, short table")
-    p.add_argument("--startup-only", action="store_true", help="only the whole-process section (start-up, whole runs)")
+    p.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
+                   help=f"run these sections alone, of: {', '.join(SECTIONS)} (default: all)")
     p.add_argument("--startup-rounds", type=int, default=3, help="interleaved start-up rounds after a warm-up")
     p.add_argument("--whole-rounds", type=int, default=2,
                    help="interleaved rounds of the whole 60-step hire/baseline runs (0: skip them)")
     p.add_argument("--versus-rounds", type=int, default=3,
                    help="interleaved pairs of whole processes, deepen-run vs the Trainer, phase by phase (0: skip)")
     p.add_argument("--versus-steps", type=int, default=150, help="training steps of those whole processes")
-    p.add_argument("--methods-only", action="store_true", help="only the method step-time table")
-    p.add_argument("--limit-only", action="store_true", help="only the peak / model FLOP/s / profile section")
+    p.add_argument("--compile-steps", type=int, default=12, help="timed steps of the compile section, each way")
     p.add_argument("--accuracy-seeds", type=int, nargs="*", default=[1, 2, 3],
                    help="seeds of the bf16 vs fp32 accuracy runs (none: skip them)")
     p.add_argument("--accuracy-steps", type=int, default=150, help="training steps of those runs")
@@ -107,8 +109,8 @@ def parse(argv=None):
         for k, v in quick.items():
             if "--" + k.replace("_", "-") not in typed:
                 setattr(a, k, v)
-    if a.startup_only + a.methods_only + a.limit_only > 1:
-        p.error("--startup-only, --methods-only and --limit-only exclude each other")
+    # --quick leaves out the compile section (a minute or more of compiling) unless --only names it.
+    a.sections = list(a.only) if a.only else [s for s in SECTIONS if not (a.quick and s == "compile")]
     if a.steps % a.chunk or a.steps // a.chunk < 2:
         p.error("--steps must be a multiple of --chunk, at least two chunks")
     from hydra.errors import HydraException
@@ -251,25 +253,32 @@ def in_worker(fn):
 
 def main(argv=None) -> dict:
     a = parse(argv)
+    machine = cpu.describe()
+    print(cpu.header(machine), flush=True)  # first: every number that follows is this CPU's
     t_start, load0 = time.time(), os.getloadavg()
     report = {"settings": vars(a)}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if not (a.methods_only or a.limit_only):  # first, before this process's threads load the machine
+    run = set(a.sections)
+    # The whole processes first, before this process's threads load the machine.
+    if "startup" in run:
         print("bench: start-up rounds", flush=True)
-        report["startup"] = bench_startup.measure(a.startup_rounds, a.whole_rounds)
-        if a.versus_rounds:
-            report["versus"] = bench_phases.measure(a.versus_rounds, a.versus_steps)
-        if a.accuracy_seeds:
-            report["accuracy"] = bench_accuracy.measure(argparse.Namespace(
-                steps=a.accuracy_steps, seeds=a.accuracy_seeds, train_samples=a.accuracy_train_samples,
-                max_len=a.accuracy_max_len))
-    if not (a.startup_only or a.limit_only):
-        training(a, report)
-    if not (a.startup_only or a.methods_only):
+        report["startup"] = startup.measure(a.startup_rounds, a.whole_rounds)
+    if "phases" in run and a.versus_rounds:
+        report["versus"] = phases.measure(a.versus_rounds, a.versus_steps)
+    if "accuracy" in run and a.accuracy_seeds:
+        report["accuracy"] = accuracy.measure(argparse.Namespace(
+            steps=a.accuracy_steps, seeds=a.accuracy_seeds, train_samples=a.accuracy_train_samples,
+            max_len=a.accuracy_max_len))
+    if run & {"race", "methods", "lengths"}:
+        training(a, report, run)
+    bf16 = bool(run & {"limit", "compile"}) and resolve_precision(compose_cfg(a).train.mixed_precision) == "bf16"
+    if "limit" in run:
         print("bench: the machine's limit", flush=True)
-        bf16 = resolve_precision(compose_cfg(a).train.mixed_precision) == "bf16"
-        report["limit"] = in_worker(lambda: bench_limit.measure(device, bf16, a.quick))
-    report["env"] = bench_report.environment(device, load0, time.time() - t_start)
+        report["limit"] = in_worker(lambda: limit.measure(device, bf16, a.quick))
+    if "compile" in run and a.compile_steps:
+        print("bench: train.compile against eager", flush=True)
+        report["compile"] = in_worker(lambda: compiled.measure(bf16, steps=a.compile_steps))
+    report["env"] = bench_report.environment(device, load0, time.time() - t_start, machine)
     report["targets"] = bench_report.targets(report)
     md = bench_report.markdown(report)
     print(md)
@@ -277,8 +286,8 @@ def main(argv=None) -> dict:
     return report
 
 
-def training(a, report: dict) -> None:
-    """The race, the method table and the length table, into `report`."""
+def training(a, report: dict, run: set) -> None:
+    """The race, the method table and the length table (those in `run`), into `report`."""
     cfg = compose_cfg(a)
     (spec,) = get_tasks(list(cfg.task.names))  # one classification task with one dev set (parse)
     tsv.check_glue_dir(cfg.data.glue_dir, [spec])
@@ -297,14 +306,15 @@ def training(a, report: dict) -> None:
     tmp = tempfile.mkdtemp(prefix="deepen-bench-")
     print(f"bench: {a.backbone} on {spec.name}, {a.steps} steps x {a.batch_size}, device {device}, "
           f"{torch.get_num_threads()} threads", flush=True)
-    if not a.methods_only:
+    if "race" in run:
         report["race"] = race(a, cfg, spec, tok, ordered, dev, init_state, device, tmp)
         print("bench: race done", flush=True)
     # Same kind of thread as the race: torch's CPU thread pool behaves differently in the main
     # thread (much slower per small op when the cores are oversubscribed), so mixing would skew.
-    report.update(in_worker(lambda: method_table(a, cfg, spec, tok, ordered, device)))
-    print("bench: methods done", flush=True)
-    if not a.methods_only:
+    if "methods" in run:
+        report.update(in_worker(lambda: method_table(a, cfg, spec, tok, ordered, device)))
+        print("bench: methods done", flush=True)
+    if "lengths" in run:
         report["lengths"] = in_worker(lambda: length_table(a, cfg, spec, tok, ordered, init_state, device))
 
 

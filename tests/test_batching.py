@@ -48,7 +48,7 @@ def test_resume_continues_the_same_grouped_order_across_epochs():
 
 
 def test_the_trainer_bench_job_visits_examples_in_deepen_runs_order():
-    """`make bench` compares whole processes on the same batches: scripts/bench_trainer_job.py's
+    """`make bench` compares whole processes on the same batches: scripts/benchkit/trainer_job.py's
     order is the order deepen-run's prepared loader yields (and not the Trainer's own)."""
     import importlib.util
     from pathlib import Path
@@ -57,8 +57,8 @@ def test_the_trainer_bench_job_visits_examples_in_deepen_runs_order():
 
     from deepen_run.run.fast import make_accelerator
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_trainer_job.py"
-    spec = importlib.util.spec_from_file_location("bench_trainer_job", path)
+    path = Path(__file__).resolve().parent.parent / "scripts" / "benchkit" / "trainer_job.py"
+    spec = importlib.util.spec_from_file_location("trainer_job", path)
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
     cfg = make_cfg("backbone=tiny")

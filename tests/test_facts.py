@@ -41,6 +41,20 @@ def test_the_study_s_length_is_the_same_everywhere():
     assert not re.search(r"about [\d.]+ (h|hours|min|minutes) in all", makefile)  # it links instead
 
 
+
+def test_the_readme_s_speed_figures_are_the_performance_page_s_and_name_their_cpu():
+    """Every ratio in the README's performance row sits in a clause naming its CPU kind, and the
+    performance page's row for that kind holds it; the budget's seconds a step are the page's."""
+    page = (ROOT / "docs" / "performance.md").read_text()
+    (row,) = [ln for ln in README.splitlines() if ln.startswith("| performance:")]
+    claims = re.findall(r"([\d.]+)x and ([\d.]+)x on a [^;)]*?(AVX-512 BF16|AMX)\b", row)
+    assert claims and sorted(x for c in claims for x in c[:2]) == sorted(re.findall(r"([\d.]+)x", row)), row
+    for default, bf16, kind in claims:
+        (home,) = [ln for ln in page.splitlines() if ln.startswith(f"| {kind}")]
+        assert f"| {default}x | {bf16}x |" in home, (kind, home)
+    per_step = re.findall(r"([\d.]+) s (?:per MiniLM step|\(fp32)", README)
+    assert len(per_step) == 2 and all(f"{s} s a step" in page for s in per_step), per_step
+
 # Cited paths: deepen_run/..., docs/..., tests/..., conf/..., scripts/...; and a subpackage's own
 # files (methods/<name>/config.py, run/predict.py). <name> stands for a method folder.
 FULL = re.compile(r"(?<![\w/.\-])((?:deepen_run|docs|tests|conf|scripts)/[\w\-./<>]*[\w>])")

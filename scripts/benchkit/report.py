@@ -3,32 +3,29 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 from pathlib import Path
 
 import torch
 import transformers
 
-import bench_accuracy
-import bench_limit
-import bench_phases
-import bench_startup
+from . import accuracy, compiled, cpu, limit, phases, startup
 
 # The issue's acceptance targets (issue 7).
 SPEED_VS_TRAINER, SPEED_VS_PAD128, EFFICIENCY, ACC_POINTS = 1.0, 2.0, 0.9, 1.0
 METHOD_LIMITS = {"hire": 2.0, "pals": 1.25}
 
 
-def environment(device, load0, wall_s: float) -> dict:
-    name = torch.cuda.get_device_name(0) if device.type == "cuda" else platform.processor() or platform.machine()
-    return {"device": f"{device.type} ({name})", "torch": torch.__version__, "transformers": transformers.__version__,
+def environment(device, load0, wall_s: float, machine: dict) -> dict:
+    """machine: cpu.describe() of this run, taken when it started."""
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else machine["model"]
+    return {"device": f"{device.type} ({name})", "cpu": machine, "torch": torch.__version__, "transformers": transformers.__version__,
             "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "loadavg_start": load0,
             "loadavg_end": os.getloadavg(), "wall_s": round(wall_s, 1)}
 
 
 def targets(r: dict) -> list[dict]:
-    """The rows of whatever sections ran (--startup-only / --methods-only run one)."""
-    out = bench_startup.targets(r["startup"]) if "startup" in r else []
+    """The rows of whatever sections ran (--only runs some)."""
+    out = startup.targets(r["startup"]) if "startup" in r else []
     if "versus" in r:
         v, job = r["versus"], f"whole {r['versus']['steps']}-step SST-2 process"
         out.append({"target": f"{job}: Trainer (fp32) s / deepen-run s", "measured": v["x_trainer"],
@@ -78,7 +75,7 @@ def _table(head: list[str], rows: list[list]) -> str:
 
 def markdown(r: dict) -> str:
     s, env = r["settings"], r["env"]
-    out = []
+    out = [cpu.header(env["cpu"]), ""]  # first: every number below is this CPU's
     if "race" in r:
         out += race_markdown(s, r["race"], env)
     out += ["### Targets", ""]
@@ -102,13 +99,15 @@ def markdown(r: dict) -> str:
                 "(GPU) during a contender's chunks over what was resident at the chunk's start (weights): "
                 "gradients, optimizer state, activations, batches."]
     if "startup" in r:
-        out += ["", bench_startup.markdown(r["startup"])]
+        out += ["", startup.markdown(r["startup"])]
     if "versus" in r:
-        out += ["", bench_phases.markdown(r["versus"])]
+        out += ["", phases.markdown(r["versus"])]
     if "accuracy" in r:
-        out += ["", bench_accuracy.markdown(r["accuracy"])]
+        out += ["", accuracy.markdown(r["accuracy"])]
     if "limit" in r:
-        out += ["", bench_limit.markdown(r["limit"])]
+        out += ["", limit.markdown(r["limit"])]
+    if "compile" in r:
+        out += ["", compiled.markdown(r["compile"])]
     out += [f"torch {env['torch']}, transformers {env['transformers']}, load average {env['loadavg_start'][0]:.1f} "
             f"-> {env['loadavg_end'][0]:.1f}, bench wall time {env['wall_s']:.0f} s."]
     return "\n".join(out) + "\n"

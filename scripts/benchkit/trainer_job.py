@@ -5,10 +5,10 @@ Trainer's loop, `evaluate`'s GLUE metric on the full dev set, and nothing record
 The same job as `deepen-run task=sst2 train.max_steps=150` (its defaults: MiniLM, batch 32, length
 128, lr 2e-5 with 10% linear warm-up, weight decay 0.01, eval batch 128, seed 42, one evaluation at
 the end), on the same batches: the one change to the Trainer is its order of examples (same_order). With DEEPEN_PHASES=<file> it marks its phases in deepen-run's format (deepen_run.util.phase),
-so scripts/bench_phases.py shows both processes phase by phase.
+so scripts/benchkit/phases.py shows both processes phase by phase.
 
-    python scripts/bench_trainer_job.py --steps 150          # the Trainer's default: fp32
-    python scripts/bench_trainer_job.py --steps 150 --bf16   # TrainingArguments(bf16=True): CPU/GPU autocast
+    python scripts/benchkit/trainer_job.py --steps 150          # the Trainer's default: fp32
+    python scripts/benchkit/trainer_job.py --steps 150 --bf16   # TrainingArguments(bf16=True): CPU/GPU autocast
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from deepen_run.util import phase  # noqa: E402 (the standard library only: no head start for either side)
 
 phase("main")
@@ -88,7 +88,7 @@ def main() -> None:
     data = raw.map(lambda b: tok(b["sentence"], truncation=True, max_length=a.max_len), batched=True,
                    remove_columns=["sentence"])
     # run_glue.py loads evaluate's "glue" from the Hub; offline, the same metric script deepen-run ships.
-    metric = evaluate.load(str(Path(__file__).resolve().parent.parent / "deepen_run/data/metrics/glue_metric.py"),
+    metric = evaluate.load(str(Path(__file__).resolve().parents[2] / "deepen_run/data/metrics/glue_metric.py"),
                            "sst2")
     phase("data")
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as out:

@@ -85,7 +85,7 @@ def _summary(times: dict[str, list[float]], ref: str, ratio_of) -> dict:
 
 def measure(rounds: int = 3, whole_rounds: int = 2) -> dict:
     """whole_rounds = 0 skips the 60-step runs (about 3 minutes a round on 2 CPU cores)."""
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     load0 = os.getloadavg()

@@ -1,28 +1,20 @@
-"""Is train.compile=true worth it? torch.compile (inductor, dynamic shapes, as deepen_run/run/fast.py
-sets it) of a MiniLM training step against the eager step, in one process (docs/performance.md).
+"""Does train.compile=true pay on this machine? torch.compile (inductor, dynamic shapes, as
+deepen_run/run/fast.py sets it) of a MiniLM training step against the eager step, in one process
+(`make bench`'s limit part; `python scripts/bench.py --only compile`).
 
 Measures the compile time (the first compiled steps' extra seconds: one per new shape until
 dynamic shapes kick in), the step time of each, eager and compiled taking turns on the same
 batches of varying length (as dynamic padding makes them), and the run length from which the
 compiled run is ahead: compile seconds / (eager - compiled seconds per step).
-
-    python scripts/bench_compile.py                 # bf16 where auto picks it, 3 warm-up + 12 timed steps
-    python scripts/bench_compile.py --precision no --steps 6
 """
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_limit import Step, random_bert  # noqa: E402
-from deepen_run.run.fast import resolve_precision  # noqa: E402
+from .limit import Step, random_bert
 
 
 def batches(n: int, lengths=(36, 44, 52, 40), batch_size: int = 32, seed: int = 0) -> list[dict]:
@@ -66,11 +58,3 @@ def markdown(r: dict) -> str:
             f"{r['compile_s']:.1f} s; step {1000 * r['eager_step_s']:.0f} ms eager, {1000 * r['compiled_step_s']:.0f} ms "
             f"compiled (speed-up {r['speedup']:.3f}, median of paired steps); pays after {pays}.\n")
 
-
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--precision", choices=("auto", "no", "bf16"), default="auto")
-    ap.add_argument("--warm", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=12)
-    a = ap.parse_args()
-    print(markdown(measure(resolve_precision(a.precision) == "bf16", a.warm, a.steps)))

@@ -10,8 +10,7 @@
   into matmuls, attention, optimizer, casts, norms, dropout's random masks and the rest, as shares
   of the step.
 
-    python scripts/bench_limit.py            # both models, then the profile
-    python scripts/bench_limit.py --quick
+    python scripts/bench.py --only limit     # both models, then the profile
 """
 from __future__ import annotations
 
@@ -189,19 +188,3 @@ def markdown(r: dict) -> str:
               + " |"]
     return "\n".join(lines) + "\n"
 
-
-if __name__ == "__main__":
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--precision", choices=("auto", "no", "bf16"), default="auto")
-    a = ap.parse_args()
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from deepen_run.run.fast import resolve_precision
-
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    print(markdown(measure(dev, resolve_precision(a.precision) == "bf16", a.quick)))

@@ -1,7 +1,7 @@
-"""Whole process against the Trainer's, phase by phase (`make bench`, part of bench_startup).
+"""Whole process against the Trainer's, phase by phase (`make bench`; `python scripts/bench.py --only phases`).
 
 The job: `deepen-run task=sst2 train.max_steps=150` (its defaults: bf16 autocast where the hardware
-runs it natively) and scripts/bench_trainer_job.py (the Trainer on the same data, settings and
+runs it natively) and scripts/benchkit/trainer_job.py (the Trainer on the same data, settings and
 evaluation), once with the Trainer's default (fp32) and once with `bf16=True`. All are timed from the
 moment the process is launched to the moment it has exited, in rounds that rotate which goes first,
 each with the dev accuracy it printed; each marks its phases
@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]  # the repository
 # (label, the mark that ends it); a process lacking a mark has the phase merged into the next one.
 PHASES = [("python + imports", "main"), ("imports", "imported"), ("config", "composed"), ("checks", "checked"), ("store", "store"),
           ("model", "model"), ("run recorded", "started"), ("data", "data"), ("first step", "first_step"),
@@ -50,8 +51,8 @@ def _commands(tmp: str, r: int, steps: int) -> dict[str, list[str]]:
     cli = [str(exe)] if exe.exists() else [sys.executable, "-m", "deepen_run.cli.run"]
     return {"deepen-run": [*cli, "task=sst2", f"train.max_steps={steps}", f"hydra.run.dir={tmp}/run-{r}",
                            f"tracking.uri=sqlite:///{tmp}/mlflow.db", f"data.cache_dir={tmp}/cache"],
-            "trainer": [sys.executable, str(HERE / "bench_trainer_job.py"), f"--steps={steps}"],
-            "trainer-bf16": [sys.executable, str(HERE / "bench_trainer_job.py"), f"--steps={steps}", "--bf16"]}
+            "trainer": [sys.executable, str(HERE / "trainer_job.py"), f"--steps={steps}"],
+            "trainer-bf16": [sys.executable, str(HERE / "trainer_job.py"), f"--steps={steps}", "--bf16"]}
 
 
 # The dev accuracy each process prints: deepen-run's summary line, the Trainer's evaluate() dict.
@@ -81,7 +82,7 @@ def timed_phases(argv: list[str], env: dict, marks: Path) -> dict:
 
 
 def measure(rounds: int = 3, steps: int = 150) -> dict:
-    root = str(HERE.parent)
+    root = str(ROOT)
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     load0 = os.getloadavg()
@@ -129,12 +130,3 @@ def markdown(p: dict) -> str:
                       f"**{p[key]:.3f}** (rounds: {', '.join(f'{x:.3f}' for x in p[key + '_ratios'])})"]
     return "\n".join(lines) + "\n"
 
-
-if __name__ == "__main__":
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=150)
-    a = ap.parse_args()
-    print(markdown(measure(a.rounds, a.steps)))

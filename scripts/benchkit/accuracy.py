@@ -5,8 +5,8 @@ order alternates by seed), as whole processes; the dev accuracy comes from the r
 bf16 holds if the difference of the means is within the seeds' spread (max - min) of fp32. The wall
 times give bf16's whole-process speed-up as a ratio per seed, so machine load cancels out.
 
-    python scripts/bench_accuracy.py                                  # 150 steps, full SST-2, 3 seeds
-    python scripts/bench_accuracy.py --steps 60 --train-samples 2000 --max-len 64   # shorter, under load
+    python scripts/bench.py --only accuracy                           # 150 steps, full SST-2, 3 seeds
+    python scripts/bench.py --only accuracy --accuracy-steps 60 --accuracy-train-samples 2000 --accuracy-max-len 64
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 PRECISIONS = ("no", "bf16")
 ACCURACY = re.compile(r"sst2/accuracy (\d+\.\d+)")
 
@@ -32,7 +32,7 @@ def one(tmp: str, seed: int, precision: str, a) -> dict:
             f"tracking.uri=sqlite:///{tmp}/mlflow.db", f"data.cache_dir={tmp}/cache"]
     if a.train_samples:
         argv.append(f"data.max_train_samples={a.train_samples}")
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     t0 = time.time()
     r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600)
@@ -76,14 +76,3 @@ def markdown(p: dict) -> str:
               f"median of seeds: {p['bf16_speedup']:.3f}."]
     return "\n".join(lines) + "\n"
 
-
-if __name__ == "__main__":
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=150)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--train-samples", type=int, default=None, help="data.max_train_samples (default: all)")
-    ap.add_argument("--max-len", type=int, default=128, help="data.max_seq_length")
-    a = ap.parse_args()
-    print(markdown(measure(a)))
