@@ -42,12 +42,12 @@ def targets(r: dict) -> list[dict]:
                     "measured": acc["bf16_minus_fp32"], "wanted": f"\\|x\\| <= {acc['fp32_spread']:.4f}",
                     "met": acc["holds"]})
     rows = race_targets(r["race"]) if "race" in r else []
-    for name, limit in METHOD_LIMITS.items() if "methods" in r else ():
+    for name, cap in METHOD_LIMITS.items() if "methods" in r else ():
         m = r["methods"].get(name)
         if m and "x_baseline" in m:
-            rows.append((f"{name} step time / baseline", m["x_baseline"], f"<= {limit}", m["x_baseline"] <= limit))
+            rows.append((f"{name} step time / baseline", m["x_baseline"], f"<= {cap}", m["x_baseline"] <= cap))
         else:
-            rows.append((f"{name} step time / baseline", float("nan"), f"<= {limit}", None))
+            rows.append((f"{name} step time / baseline", float("nan"), f"<= {cap}", None))
     return out + [{"target": t, "measured": v, "wanted": w, "met": ok} for t, v, w, ok in rows]
 
 

@@ -16,7 +16,11 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+HERE = Path(__file__).resolve().parent
+# Run as a script, this folder comes first on the path: the repository instead, so that benchkit's
+# module names (report, cpu, ...) shadow nothing the Trainer's libraries import.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(HERE.parents[1]))
 from deepen_run.util import phase  # noqa: E402 (the standard library only: no head start for either side)
 
 phase("main")
@@ -88,7 +92,7 @@ def main() -> None:
     data = raw.map(lambda b: tok(b["sentence"], truncation=True, max_length=a.max_len), batched=True,
                    remove_columns=["sentence"])
     # run_glue.py loads evaluate's "glue" from the Hub; offline, the same metric script deepen-run ships.
-    metric = evaluate.load(str(Path(__file__).resolve().parents[2] / "deepen_run/data/metrics/glue_metric.py"),
+    metric = evaluate.load(str(HERE.parents[1] / "deepen_run/data/metrics/glue_metric.py"),
                            "sst2")
     phase("data")
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as out:
