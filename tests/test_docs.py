@@ -109,7 +109,7 @@ README_COMMANDS = commands(README)
 
 def test_the_readme_shows_commands_of_every_program():
     progs = {p for p, _ in README_COMMANDS}
-    assert {"deepen-run", "deepen-report"} <= progs and len(README_COMMANDS) >= 10
+    assert {"deepen-run", "deepen-report", "deepen-probe"} <= progs and len(README_COMMANDS) >= 10
 
 
 @pytest.mark.parametrize("prog,args", README_COMMANDS, ids=lambda x: x if isinstance(x, str) else " ".join(x)[:60])
