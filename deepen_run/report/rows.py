@@ -133,9 +133,9 @@ def with_data(keys: list[tuple], runs: list[dict]) -> list[tuple]:
     files, one row) still share their row."""
     seen: dict[tuple, set] = {}
     for k, r in zip(keys, runs):
-        seen.setdefault((k, r["tags"]["task"]), set()).add(r["tags"].get(DATA_TAG))
+        seen.setdefault((k, r["tags"].get("task")), set()).add(r["tags"].get(DATA_TAG))
     return [tuple(sorted(k + ((DATA_KEY, str(r["tags"].get(DATA_TAG))),)))
-            if len(seen[(k, r["tags"]["task"])]) > 1 else k for k, r in zip(keys, runs)]
+            if len(seen[(k, r["tags"].get("task"))]) > 1 else k for k, r in zip(keys, runs)]
 
 
 def setup(key: tuple) -> str:
