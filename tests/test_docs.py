@@ -126,6 +126,8 @@ def test_every_readme_command_parses(prog, args, capsys):
         assert e.value.code == 2 and "usage:" not in err and err.startswith("deepen-report: error: "), err
         return
     name = "config" if prog == "deepen-run" else "probe"
+    if name == "probe":
+        import deepen_run.cli.probe  # noqa: F401 (stores the probe's schema, as deepen-probe does)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         for job in jobs(args):
             cfg = compose(config_name=name, overrides=job)

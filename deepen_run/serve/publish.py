@@ -69,9 +69,10 @@ def dev_datasets(cfg, tasks, home: Optional[Path]) -> dict[str, tuple[str, str]]
     return out
 
 
-def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int) -> Optional[str]:
+def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int, name: str, tags: dict[str, str]) -> Optional[str]:
     """The run's LoggedModel (None when the run keeps no weights). `model`: unwrapped, holding the
-    weights of the run's result (train.fit's final record)."""
+    weights of the run's result (train.fit's final record); name and tags: what tells it apart (an
+    8-layer duplicated model is not the plain 6-layer one), run/names.py model_name, model_tags."""
     if not tracker.enabled or not saver.keep_best or saver.root is None:
         return None
     from deepen_run.config.redact import public_config
@@ -99,8 +100,5 @@ def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int) -> Optiona
 
             save_model(model, str(folder / bundle.WEIGHTS))
 
-    from deepen_run.run.names import model_name, model_tags
-
-    # Named and tagged by what tells it apart: an 8-layer duplicated model is not the plain 6-layer one.
-    return models.log_model(tracker, model_name(cfg), model_tags(cfg),
+    return models.log_model(tracker, name, tags,
                             flatten(public), fill, total, dev_datasets(cfg, tasks, saver.root.parent))
