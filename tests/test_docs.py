@@ -109,7 +109,7 @@ README_COMMANDS = commands(README)
 
 def test_the_readme_shows_commands_of_every_program():
     progs = {p for p, _ in README_COMMANDS}
-    assert {"deepen-run", "deepen-report"} <= progs and len(README_COMMANDS) >= 10
+    assert {"deepen-run", "deepen-report", "deepen-probe"} <= progs and len(README_COMMANDS) >= 10
 
 
 @pytest.mark.parametrize("prog,args", README_COMMANDS, ids=lambda x: x if isinstance(x, str) else " ".join(x)[:60])
@@ -126,6 +126,8 @@ def test_every_readme_command_parses(prog, args, capsys):
         assert e.value.code == 2 and "usage:" not in err and err.startswith("deepen-report: error: "), err
         return
     name = "config" if prog == "deepen-run" else "probe"
+    if name == "probe":
+        import deepen_run.cli.probe  # noqa: F401 (stores the probe's schema, as deepen-probe does)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         for job in jobs(args):
             cfg = compose(config_name=name, overrides=job)

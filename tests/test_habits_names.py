@@ -67,3 +67,21 @@ def test_a_schedule_changed_by_an_override_says_so_in_its_name_and_tag():
                          (["schedule=round_robin"], "round_robin"), (["schedule=sqrt"], "sqrt")):
         cfg = make_cfg("task.names=[sst2,rte]", *given)
         assert tags_for(cfg)["schedule"] == shown and run_name(cfg).endswith(f"-sst2+rte-{shown}-s42"), given
+
+
+def test_a_duplicated_models_name_and_tags_differ_from_the_plain_ones():
+    """The Models tab and the registry: the 8-layer duplicated model is not named or tagged as the
+    plain 6-layer one (it once logged `minilm-baseline-sst2` with the plain run's tags)."""
+    from deepen_run.run.names import model_name, model_tags
+
+    plain = make_cfg("backbone=minilm", "task=sst2")
+    dup = make_cfg("backbone=minilm", "task=sst2", "backbone.duplicate_layers=[2,3]")
+    gated = make_cfg("backbone=minilm", "task=sst2", "backbone.duplicate_layers=[2,3]", "backbone.duplicate_init=gated")
+    assert model_name(plain) == "minilm-baseline-sst2" and model_name(dup) == "minilm+dup2.3-baseline-sst2"
+    assert model_name(gated) == "minilm+dup2.3:gated-baseline-sst2"
+    assert model_tags(plain) == {"method": "baseline", "backbone": "minilm", "task": "sst2"}
+    assert model_tags(dup)["duplicate_layers"] == "2.3" and model_tags(gated)["duplicate_layers"] == "2.3:gated"
+    # the seed is not in a model's name (a setting's seeds are versions of one model), nor a run's own name
+    hire = make_cfg("backbone=tiny", "method=hire", "task=rte", "method.gru_layers=1", "seed=7", "tracking.run_name=mine")
+    assert model_name(hire) == "tiny-hire(gru_layers=1)-rte" and model_tags(hire)["variant"] == "gru_layers=1"
+    assert tags_for(hire)["variant"] == "gru_layers=1" and "variant" not in tags_for(plain)

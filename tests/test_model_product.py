@@ -280,6 +280,7 @@ def test_a_plain_classifier_exports_to_transformers_with_the_same_logits(tmp_pat
     original, _ = original_m.forward(texts)
     assert torch.allclose(ours, original, atol=1e-6, rtol=0)
     card = (dest / "README.md").read_text()
+    assert "Precision: " in card  # the card says what deepen_run.load predicts in (card.precision_note)
     if not plain:
         assert hf_class is None and "With deepen-run only" in card
         return
@@ -387,3 +388,12 @@ def test_a_new_export_over_an_earlier_one_keeps_the_users_files(tmp_path):
     assert sorted(p.name for p in dest.iterdir()) == sorted([*listed, "notes.txt"])
     with pytest.raises(UserError, match="does not list its files"):
         export(src, src)
+
+
+def test_the_model_card_states_the_precision_deepen_run_load_predicts_in():
+    from deepen_run.serve.card import precision_note
+
+    bf16 = precision_note("bf16", plain=True)
+    assert "predicts in bf16" in bf16 and "fp32" in bf16 and "can differ" in bf16 and 'm.precision = "no"' in bf16
+    assert "transformers" not in precision_note("bf16", plain=False)
+    assert precision_note("no", plain=True).startswith("Precision: fp32") and "1e-5" in precision_note("no", True)

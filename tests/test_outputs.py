@@ -47,9 +47,9 @@ def test_short_run_keeps_no_weights_and_ends_with_a_summary(glue_dir, mlflow_uri
     assert "metrics.json" in out and "predictions/" in out
     assert exp.tags[KIND[0]] == KIND[1]
     cols = json.loads(exp.tags[VIEW_TAG])["selectedColumns"]
-    # eval/score the only eval metric: the UI sorts a group's columns by name (eval/best_score first)
-    assert cols[0] == "metrics.`eval/score`" and "tags.`method`" in cols
-    assert not [c for c in cols[1:] if c.startswith("metrics.`eval/")]
+    # tags only, the rounded score first: the UI puts any metric column before every tag (tracking/ui.py)
+    assert cols[0] == "tags.`score`" and "tags.`method`" in cols and "tags.`duplicate_layers`" in cols
+    assert not [c for c in cols if c.startswith("metrics.")]
     assert run.data.tags["dry_run"] == "false"
 
 

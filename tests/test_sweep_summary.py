@@ -75,10 +75,10 @@ def test_the_parent_answers_the_sweep(arm_sweep, capsys):
     last = r.stdout.rstrip().splitlines()[-3:]
     assert "compare-runs?runs=" in last[0] and all(c.info.run_id in last[0] for c in children)
     assert parent.info.run_id in last[1] and parent.data.tags["sweep_id"] in last[2]
-    # The runs table opens with eval/score, then the swept keys.
+    # The runs table opens with the rounded score, then the swept keys.
     exp = client.get_experiment(parent.info.experiment_id)
     assert json.loads(exp.tags[ui.VIEW_TAG])["selectedColumns"][:3] == \
-        ["metrics.`eval/score`", "tags.`arm`", "tags.`seed`"]
+        ["tags.`score`", "tags.`arm`", "tags.`seed`"]
 
 
 def _child(tracker_uri, sweep_id, parent_id, seed, gru, acc, job=None, status="FINISHED"):

@@ -22,6 +22,9 @@ import sys
 import tempfile
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from deepen_run.run.threads import quiet_waits  # noqa: E402 (before anything loads torch: libgomp reads it then)
+
+quiet_waits()
 
 import hydra  # noqa: E402
 

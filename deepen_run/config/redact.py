@@ -1,10 +1,12 @@
 """Keep secrets out of MLflow: the logged params and config.yaml are the resolved config, and a
-resolved ${oc.env:...} may hold a password or token. What counts as a secret, and how one is masked
-in a string, is deepen_run/masking.py's; this module applies it to whole configs and to log records.
+resolved ${oc.env:...} may hold a password or token; local folders are recorded resolved. What
+counts as a secret, and how one is masked in a string, is deepen_run/masking.py's; this module
+applies it to whole configs and to log records.
 """
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -65,4 +67,21 @@ def public_config(cfg) -> dict:
     # enum_to_str: choice options (deepen_run/config/choices.py) become the plain strings MLflow shows.
     resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     resolved.pop("resume", None)
+    for section, key in LOCAL_PATHS:
+        node = resolved.get(section) or {}
+        if isinstance(node.get(key), str):
+            node[key] = resolved_path(node[key])
     return scrub(resolved, secret_env_values())
+
+
+# Folders recorded as one absolute spelling: `$PWD/../shared/glue` and the Makefile's resolved path
+# are one folder, and were two settings in MLflow and in deepen-report's rows.
+LOCAL_PATHS = (("data", "glue_dir"), ("backbone", "path"))
+
+
+def resolved_path(value: str) -> str:
+    """A local file or folder's absolute path, links and `..` resolved; anything else (a Hub id, a
+    pkg:// or URL, a path that does not exist) as given."""
+    if "://" in value or not value.strip() or not os.path.exists(os.path.expanduser(value)):
+        return value
+    return os.path.realpath(os.path.expanduser(value))

@@ -18,16 +18,35 @@ from deepen_run.errors import UserError
 FILE = "data_fingerprint.json"
 
 
+def _named_files(cfg, tasks, test: bool) -> dict[str, Path]:
+    """<TASK folder>/<stem>.tsv -> the file, for the GLUE files the run reads that exist."""
+    if not cfg.data.glue_dir or cfg.dry_run:
+        return {}
+    root, out = Path(cfg.data.glue_dir), {}
+    for spec in tasks:
+        stems = ["train"] + [s for s, _ in spec.dev_splits] + ([s for s, _ in spec.test_splits] if test else [])
+        out |= {f"{spec.folder}/{s}.tsv": root / spec.folder / f"{s}.tsv" for s in stems}
+    return {name: f for name, f in out.items() if f.is_file()}
+
+
 def data_files(cfg, tasks) -> list[Path]:
     """The GLUE files the run reads (train, dev, and test with predict=true)."""
-    if not cfg.data.glue_dir or cfg.dry_run:
-        return []
-    root = Path(cfg.data.glue_dir)
-    out = []
-    for spec in tasks:
-        stems = ["train"] + [s for s, _ in spec.dev_splits] + ([s for s, _ in spec.test_splits] if cfg.predict else [])
-        out += [root / spec.folder / f"{s}.tsv" for s in stems]
-    return [f.resolve() for f in dict.fromkeys(out) if f.is_file()]
+    return list(dict.fromkeys(f.resolve() for f in _named_files(cfg, tasks, bool(cfg.predict)).values()))
+
+
+def data_id(cfg, tasks, prints: Optional[dict[str, str]] = None) -> Optional[str]:
+    """What the run's scores depend on of its data, wherever the folder is: 12 hex digits of a SHA-256
+    over each train and dev file's name in the GLUE layout (SST-2/train.tsv) and digest. The same
+    files under another path (a copy, `<checkout>/../shared/glue` or the resolved path) give the same
+    id, so deepen-report keys its rows by it, not by data.glue_dir. Test files are left out (only
+    predict=true reads them; they hold no labels). prints: a fingerprint() already computed. None: Hub data."""
+    named = _named_files(cfg, tasks, test=False)
+    if not named:
+        return None
+    prints, h = prints or {}, hashlib.sha256()
+    for name, f in sorted(named.items()):
+        h.update(f"{name}={prints.get(str(f.resolve())) or digest(f)}\n".encode())
+    return h.hexdigest()[:12]
 
 
 def digest(f: Path) -> str:

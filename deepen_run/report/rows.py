@@ -3,9 +3,12 @@
 Runs are averaged together only when they share every setting except the seed: the key is the
 run's logged config (MLflow params) minus the seed and what does not change the result (where
 things are stored, logging and checkpoint cadence, dry_run/predict). A 60-step and a 5-step run
-therefore never share a row; the differing setting shows in both rows' labels. The paths that choose
-the model or the data (backbone.path, data.glue_dir) are settings: another checkpoint or another copy
-of GLUE is another experiment, so those runs never merge into one row.
+therefore never share a row; the differing setting shows in both rows' labels. The path that chooses
+the model (backbone.path) is a setting: another checkpoint is another experiment. The data is keyed by
+what the files hold, not where they are: a run tagged data_fingerprint (deepen_run/data/fingerprint.py,
+data_id) leaves data.glue_dir out of its key, and where runs of one setting and task trained on
+different files, their fingerprint joins their key (data.fingerprint=<id>), so they never merge.
+Runs recorded before the tag keep data.glue_dir, `..` and `.` normalised.
 
 Single-task runs of different tasks with otherwise equal settings form one row (tasks are the
 table's columns): for them the task list, the schedule and the multi-task epoch length are left out
@@ -13,6 +16,7 @@ of the key (a schedule only matters when tasks share the encoder). Multi-task ru
 """
 from __future__ import annotations
 
+import os
 import re
 from types import MappingProxyType
 
@@ -30,9 +34,11 @@ PATHLIKE_VALUE = re.compile(r"^(/|~/|[a-z]+://|[a-z]+:///|pkg://)")
 # train/unpad_linears (a count that grows with duplicated layers) kept every duplicated row from its
 # plain baseline.
 EXPLAINS = frozenset({"train/precision_reason", "train/attention_reason", "train/dropout_masks_reason",
-                      "train/unpad_reason", "train/unpad_linears", "train/dropout_masks_in"})
+                      "train/unpad_reason", "train/unpad_linears", "train/dropout_masks_in",
+                      "train/threads", "train/threads_reason"})
 # Path-like, yet they change the result (the weights, the data): always part of the key.
 SEPARATE = frozenset({"backbone.path", "data.glue_dir"})
+DATA_TAG, DATA_KEY, DATA_DIR = "data_fingerprint", "data.fingerprint", "data.glue_dir"  # serve/publish.py tags it
 MULTI_TASK_ONLY = ("task.names", "schedule.", "train.steps_per_epoch", "train.steps_per_task")
 # Shown in their own columns (backbone, method, setup), never repeated in "settings".
 SHOWN_ELSEWHERE = ("backbone.name", "method.name", "task.names", "schedule.")
@@ -84,6 +90,11 @@ def settings(run: dict, fold: bool = False) -> dict[str, str]:
     equal to the run's seed reads "seed" (keys(), which folds only where several seeds follow)."""
     tags, multi = run["tags"], len(tasks_of(run)) > 1
     out = {k: str(v) for k, v in run["params"].items() if not _ignored(k, str(v), multi)}
+    if tags.get(DATA_TAG):
+        out.pop(DATA_DIR, None)  # where the data is; keys() adds what it holds where that differs
+    for k in SEPARATE & out.keys():
+        if out[k].startswith("/"):
+            out[k] = os.path.normpath(out[k])
     seed = str(run["params"].get("seed", tags.get("seed", "")))
     for k, v in out.items():
         if fold and k.endswith("_seed") and v == seed:
@@ -113,7 +124,18 @@ def keys(runs: list[dict]) -> list[tuple]:
     for r, k, f in zip(runs, raw, folded):
         if f != k:
             seeds.setdefault(f, set()).add(str(r["params"].get("seed", r["tags"].get("seed"))))
-    return [f if f != k and len(seeds[f]) > 1 else k for k, f in zip(raw, folded)]
+    return with_data([f if f != k and len(seeds[f]) > 1 else k for k, f in zip(raw, folded)], runs)
+
+
+def with_data(keys: list[tuple], runs: list[dict]) -> list[tuple]:
+    """The data's fingerprint joins the key of the runs whose setting and task also ran on other files
+    (a changed copy of GLUE); elsewhere it stays out, so single-task runs of different tasks (different
+    files, one row) still share their row."""
+    seen: dict[tuple, set] = {}
+    for k, r in zip(keys, runs):
+        seen.setdefault((k, r["tags"].get("task")), set()).add(r["tags"].get(DATA_TAG))
+    return [tuple(sorted(k + ((DATA_KEY, str(r["tags"].get(DATA_TAG))),)))
+            if len(seen[(k, r["tags"].get("task"))]) > 1 else k for k, r in zip(keys, runs)]
 
 
 def setup(key: tuple) -> str:

@@ -4,6 +4,7 @@
   a bf16 GPU and on a CPU with AMX or AVX-512 BF16 (choose_precision); elsewhere, and with
   train.mixed_precision=no, the exact fp32 path. The choice and its reason are run params.
 - Training's layer Linears on the real tokens alone where bf16 runs on a CPU (use_unpad, train.unpad).
+- Intra-op threads from the CPUs the process may use, OpenMP waiting passively (run/threads.py).
 - CUDA: TF32 matmuls. AdamW's kernel: train.optimizer_impl (adamw_kwargs). Optional torch.compile
   (train.compile=true) through Accelerate's dynamo plugin, so unwrap_model / save / DDP keep working.
 - Several processes (accelerate launch / torchrun): DDP must tolerate parameters a step leaves
@@ -18,6 +19,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, GradientAccumulationPlugin, TorchDynamoPlugin
 
 # The precision choice lives below run/: deepen_run.load predicts at its run's precision too.
+from deepen_run.run.threads import set_threads
 from deepen_run.precision import (attention_choice, choose_precision, cpu_flags,  # noqa: F401
                                   dropout_masks_choice, precision_choice, resolve_precision, unpad_choice)
 
@@ -47,12 +49,12 @@ def adamw_kwargs(impl: str) -> dict:
 
 
 def run_params(tcfg, device_type: str) -> dict[str, str]:
-    """What the run trains with, as params: the precision and why, AdamW's kernel, the attention and
-    the dropout masks and why."""
+    """What the run trains with, as params: its threads, the precision and why, AdamW's kernel, the
+    attention and the dropout masks and why."""
     precision, reason = precision_choice(tcfg.mixed_precision)
     attention, why = attention_choice(tcfg)
     masks, masks_why = dropout_masks_choice(tcfg)
-    return {"train/precision": precision, "train/precision_reason": reason,
+    return set_threads() | {"train/precision": precision, "train/precision_reason": reason,
             "train/optimizer_impl": optimizer_impl(tcfg.get("optimizer_impl", "auto"), device_type),
             "train/attention": attention or "default", "train/attention_reason": why,
             "train/dropout_masks": masks, "train/dropout_masks_reason": masks_why}
@@ -93,6 +95,7 @@ def cpu_processes() -> bool:
 
 def make_accelerator(tcfg) -> Accelerator:
     enable_tf32()
+    set_threads()  # before the weights load: loading computes too (run/threads.py; recorded by run_params)
     # Inductor compiles again for each new padded length unless shapes are marked dynamic.
     dynamo = TorchDynamoPlugin(backend="inductor", dynamic=True) if tcfg.compile else None
     # One update every gradient_accumulation_steps micro-batches, the loop's step, and nothing else:

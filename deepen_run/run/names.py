@@ -2,9 +2,10 @@
 
 The name carries what tells a run apart from its neighbours in MLflow's runs table, shortest first:
 
-  <backbone>[-<family>][+dup<layers>[:gated]]-<method>[(<non-default options>)]-<tasks>[-<schedule>]-s<seed>
+  <backbone>[-<family>][+dup<layers>[:<option>]...][+dwa]-<method>[(<non-default options>)]-<tasks>[-<schedule>]-s<seed>
 
   minilm+dup2.3-baseline-sst2-s42          backbone.duplicate_layers=[2,3]
+  minilm+dup2.3:gated-baseline-sst2-s42    ... backbone.duplicate_init=gated (any duplicate_* off its default)
   tiny-deberta-v2-hire-rte-s42             backbone=tiny backbone.model_type=deberta-v2
   tiny-hire(gru_layers=1)-rte-s42          method.gru_layers=1 (the schema's default is 2)
 
@@ -71,7 +72,29 @@ def method_options(cfg, omit=()) -> dict[str, str]:
     return out
 
 
+def _backbone_defaults() -> dict:
+    from deepen_run.config.schema import BackboneConfig
+
+    return {f.name: (f.default if f.default is not dataclasses.MISSING else
+                     f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+            for f in dataclasses.fields(BackboneConfig)}
+
+
+def _dup_options(b) -> str:
+    """`:<value>` for each duplicate_* choice (how a copy enters, what of it trains) that is not its
+    schema's default: `:gated`, `:copies`. Any such key the schema gains is named without a change here."""
+    defaults = _backbone_defaults()
+    out = ""
+    for key in b:
+        if str(key).startswith("duplicate_") and key != "duplicate_layers" and key in defaults \
+                and _value(b[key]) != _value(defaults[key]):
+            out += f":{_value(b[key])}"
+    return out
+
+
 def backbone_part(cfg, omit=()) -> str:
+    """The backbone and the steps on it: `minilm+dup2.3:gated`; a step that changes every layer's
+    weights (backbone.dwa, where the schema has it) follows as `+dwa`."""
     b = cfg.backbone
     out = str(b.name)
     if not b.pretrained and "backbone.model_type" not in omit and b.model_type != "bert" \
@@ -79,7 +102,9 @@ def backbone_part(cfg, omit=()) -> str:
         out += f"-{b.model_type}"
     layers = list(b.duplicate_layers or [])
     if layers and not {"backbone.duplicate_layers", "method.layers"} & set(omit):
-        out += "+dup" + _value(layers) + (":gated" if _value(b.duplicate_init) == "gated" else "")
+        out += "+dup" + _value(layers) + _dup_options(b)
+    if b.get("dwa") and "backbone.dwa" not in omit:
+        out += "+dwa"
     return out
 
 
@@ -97,6 +122,11 @@ def schedule_name(s) -> str:
     return f"{s.name}({','.join(changed)})" if changed else str(s.name)
 
 
+def method_part(cfg, omit=()) -> str:
+    opts = method_options(cfg, omit)
+    return str(cfg.method.name) + (f"({','.join(f'{k}={v}' for k, v in opts.items())})" if opts else "")
+
+
 def run_name(cfg, omit=()) -> str:
     """tracking.run_name, else the default name above; `omit`: dotted keys not to say (a sweep's
     swept keys, said before the name)."""
@@ -104,17 +134,45 @@ def run_name(cfg, omit=()) -> str:
         from deepen_run.masking import mask_string, secret_env_values
 
         return mask_string(cfg.tracking.run_name, secret_env_values())
-    opts = method_options(cfg, omit)
-    method = str(cfg.method.name) + (f"({','.join(f'{k}={v}' for k, v in opts.items())})" if opts else "")
+    return default_name(cfg, omit)
+
+
+def default_name(cfg, omit=()) -> str:
     tasks = "+".join(cfg.task.names)
     sched = f"-{schedule_name(cfg.schedule)}" if len(cfg.task.names) > 1 else ""
     seed = "" if "seed" in omit else f"-s{cfg.seed}"
-    return f"{backbone_part(cfg, omit)}-{method}-{tasks}{sched}{seed}"
+    return f"{backbone_part(cfg, omit)}-{method_part(cfg, omit)}-{tasks}{sched}{seed}"
+
+
+def model_name(cfg) -> str:
+    """The run's LoggedModel name: its default run name without the seed (the seeds of one setting
+    are versions of one model), never tracking.run_name: `minilm+dup2.3-baseline-sst2`, not the plain
+    6-layer `minilm-baseline-sst2`."""
+    return default_name(cfg, omit=("seed",))
+
+
+def variant_tags(cfg) -> dict[str, str]:
+    """What sets the run apart from its method's and backbone's defaults, one tag each (runs table
+    columns, the LoggedModel's and the registered version's tags): duplicated layers and how they
+    enter, DWA, the method's non-default options."""
+    b, tags = cfg.backbone, {}
+    if list(b.duplicate_layers or []):  # a column that tells a duplicated backbone apart
+        tags["duplicate_layers"] = _value(list(b.duplicate_layers)) + _dup_options(b)
+    if b.get("dwa"):
+        tags["dwa"] = _value(b.dwa)
+    opts = method_options(cfg)
+    if opts:
+        tags["variant"] = ",".join(f"{k}={v}" for k, v in opts.items())
+    return tags
+
+
+def model_tags(cfg) -> dict[str, str]:
+    """A LoggedModel's (and its registered versions') tags: what it is, and what sets it apart."""
+    return {"method": cfg.method.name, "backbone": cfg.backbone.name, "task": "+".join(cfg.task.names)} | \
+        ({"schedule": schedule_name(cfg.schedule)} if len(cfg.task.names) > 1 else {}) | variant_tags(cfg)
 
 
 def tags_for(cfg) -> dict[str, str]:
-    tags = {"backbone": cfg.backbone.name, "method": cfg.method.name, "task": "+".join(cfg.task.names),
-            "schedule": schedule_name(cfg.schedule), "seed": str(cfg.seed), "dry_run": str(bool(cfg.dry_run)).lower()}
-    if list(cfg.backbone.duplicate_layers or []):  # a column that tells a duplicated backbone apart
-        tags["duplicate_layers"] = _value(list(cfg.backbone.duplicate_layers))
-    return tags
+    return {"backbone": cfg.backbone.name, "method": cfg.method.name, "task": "+".join(cfg.task.names),
+            "schedule": schedule_name(cfg.schedule), "seed": str(cfg.seed),
+            "dry_run": str(bool(cfg.dry_run)).lower()} | variant_tags(cfg)

@@ -21,7 +21,7 @@ from deepen_run.model import steps as backbone_steps
 from deepen_run.errors import UserError
 from deepen_run.run import summary
 from deepen_run.run.context import Run
-from deepen_run.run.names import SCORE_TAG, run_name, tags_for  # noqa: F401 (callers import them from here)
+from deepen_run.run.names import SCORE_TAG, model_name, model_tags, run_name, tags_for  # noqa: F401 (callers import some)
 from deepen_run.run.fast import make_accelerator
 from deepen_run.run.lifecycle import Interrupted, SignalGuard, provenance, reap_orphans
 from deepen_run.methods import METHODS
@@ -126,7 +126,7 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None,
         # The runs table shows a metric's every digit, cut off (0.77522935…); this column reads at a glance.
         tracker.set_tags({SCORE_TAG: f"{score:.4f}"})
         publish.publish(cfg, tasks, accelerator.unwrap_model(recipe.model), recipe.ctx.tokenizer, tracker,
-                        recipe.saver, recipe.total)
+                        recipe.saver, recipe.total, model_name(cfg), model_tags(cfg))
         status = "FINISHED"
         return score
     except KeyboardInterrupt as e:

@@ -34,6 +34,18 @@ def citation(cfg) -> list[str]:
     return out
 
 
+def precision_note(precision: str, plain: bool) -> str:
+    """What precision deepen_run.load predicts in (the run's own: serve/bundle.py run_choices), and what
+    that means beside transformers, which loads the weights in fp32."""
+    if precision in ("bf16", "fp16"):
+        vs = (" transformers computes in fp32, so its logits differ by about 1e-3 and a prediction near a "
+              "class boundary can differ;") if plain else ""
+        return (f"Precision: deepen_run.load predicts in {precision}, as the run evaluated (its dev scores "
+                f"below and predictions/ are reproduced exactly);{vs} `m.precision = \"no\"` predicts in fp32.")
+    return ("Precision: fp32, as the run evaluated" + (" (deepen_run.load gives transformers' logits to within 1e-5)."
+                                                      if plain else "."))
+
+
 def text(cfg, info: dict, hf_class: Optional[str], why_not: Optional[str]) -> str:
     from omegaconf import OmegaConf
 
@@ -50,9 +62,10 @@ def text(cfg, info: dict, hf_class: Optional[str], why_not: Optional[str]) -> st
                   "from transformers import AutoModelForSequenceClassification, AutoTokenizer",
                   "model = AutoModelForSequenceClassification.from_pretrained(FOLDER)",
                   "tokenizer = AutoTokenizer.from_pretrained(FOLDER)", "```", "",
-                  "or with deepen-run, which gives the same logits:", ""]
+                  "or with deepen-run:", ""]
     else:
         lines += [f"With deepen-run only: {why_not}, so transformers' Auto classes cannot hold it.", ""]
+    lines += [precision_note(info.get("precision") or "no", bool(hf_class)), ""]
     lines += ["```python", "import deepen_run", "m = deepen_run.load(FOLDER)",
               f"m.predict([...], task={info['tasks'][0]!r})  # labels, probabilities (STS-B: the score)", "```", "",
               f"or `deepen-predict --run FOLDER {predict_args('+'.join(info['tasks']))}`. The folder's config.yaml holds the run's whole "

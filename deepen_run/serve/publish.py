@@ -1,7 +1,8 @@
 """What a run records of its model and data in MLflow 3 (the runner calls these two):
 
   log_data    at the start of a new run: each GLUE file it reads as a dataset input (train, dev,
-              test), its path the source, its SHA-256 (data/fingerprint.py) the digest
+              test), its path the source, its SHA-256 (data/fingerprint.py) the digest; the tag
+              data_fingerprint, one id of the train and dev files' contents (fingerprint.data_id)
   publish     at the end of a run that keeps weights (train.save_best, run/checkpoint.py): a
               LoggedModel holding the weights its eval/* scores were measured on, linked to those
               scores, tagged method/backbone/task; deepen_run.load reads it back
@@ -20,6 +21,8 @@ from typing import Optional
 from deepen_run.serve import bundle
 from deepen_run.tracking import models
 
+DATA_TAG = "data_fingerprint"  # deepen_run/report/rows.py reads it (by this name: it imports no serve/)
+
 
 def log_data(tracker, cfg, tasks, home: Optional[Path]) -> None:
     from deepen_run.data import fingerprint as fp
@@ -30,6 +33,10 @@ def log_data(tracker, cfg, tasks, home: Optional[Path]) -> None:
     digests = json.loads(saved.read_text()) if saved is not None and saved.is_file() else fp.fingerprint(cfg, tasks)
     inputs = [models.dataset_input(name, context, path, digest) for name, context, path, digest in files(cfg, tasks, digests)]
     models.log_datasets(tracker, inputs)
+    # deepen-report's row key for the data: what the files hold, not the spelling of their folder
+    ident = fp.data_id(cfg, tasks, digests)
+    if ident:
+        tracker.set_tags({DATA_TAG: ident})
 
 
 def files(cfg, tasks, digests: dict[str, str]) -> list[tuple[str, str, Path, str]]:
@@ -62,9 +69,10 @@ def dev_datasets(cfg, tasks, home: Optional[Path]) -> dict[str, tuple[str, str]]
     return out
 
 
-def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int) -> Optional[str]:
+def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int, name: str, tags: dict[str, str]) -> Optional[str]:
     """The run's LoggedModel (None when the run keeps no weights). `model`: unwrapped, holding the
-    weights of the run's result (train.fit's final record)."""
+    weights of the run's result (train.fit's final record); name and tags: what tells it apart (an
+    8-layer duplicated model is not the plain 6-layer one), run/names.py model_name, model_tags."""
     if not tracker.enabled or not saver.keep_best or saver.root is None:
         return None
     from deepen_run.config.redact import public_config
@@ -92,6 +100,5 @@ def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int) -> Optiona
 
             save_model(model, str(folder / bundle.WEIGHTS))
 
-    tags = {"method": cfg.method.name, "backbone": cfg.backbone.name, "task": "+".join(cfg.task.names)}
-    return models.log_model(tracker, f"{cfg.backbone.name}-{cfg.method.name}-{'-'.join(cfg.task.names)}", tags,
+    return models.log_model(tracker, name, tags,
                             flatten(public), fill, total, dev_datasets(cfg, tasks, saver.root.parent))

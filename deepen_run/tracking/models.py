@@ -157,8 +157,11 @@ def register(uri: str, run_id: str, name: str, alias: str = "champion") -> tuple
             raise UserError(f"--register {name!r}: {str(e).splitlines()[0]}") from e
     # The model's artifact location as the source, not models:/<id>: MLflow resolves that one through
     # the process-wide tracking URI, not this client's store.
-    source = client.get_logged_model(model_id).artifact_location
-    version = client.create_model_version(name, source, run_id=run_id, model_id=model_id)
+    logged = client.get_logged_model(model_id)
+    # The version carries the model's own tags (method, duplicated layers, variant): what it is shows
+    # in the registry too, not only in the Models tab.
+    own = {k: v for k, v in logged.tags.items() if not k.startswith("mlflow.")}
+    version = client.create_model_version(name, logged.artifact_location, run_id=run_id, model_id=model_id, tags=own)
     client.set_registered_model_alias(name, alias, version.version)
     # What mlflow.register_model does besides: the model lists its versions (the Models tab's column).
     from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS

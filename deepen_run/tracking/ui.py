@@ -6,9 +6,9 @@ hides training runs behind "Evaluation runs"); `custom_model_development` is the
 The runs table's columns come from a shared view state: an experiment tag
 `mlflow.sharedViewState.<key>` holding JSON ({"selectedColumns": ...}), opened by the URL parameter
 `viewStateShareKey=<key>` (both read by MLflow's UI bundle). The table shows a group's columns
-(metrics, tags) sorted by name, not in the listed order, so eval/score is the only eval metric
-selected: eval/best_score or eval/rte/... would come before it. A sweep puts its swept keys (tags of
-its children) right after it, and a sweep job unfolds its parent row so the children's scores show.
+(metrics before tags, each group sorted by name), not in the listed order, so only tags are
+selected: `score` (eval/score rounded), what tells runs apart, and a sweep's swept keys (tags of its
+children). A sweep job unfolds its parent row so the children's scores show.
 The UI's own "GenAI | Model training" switch follows the URL parameter workflowType=machine_learning.
 
 MLflow's Assistant panel opens by itself, once per browser, over the table; no server setting stops
@@ -36,13 +36,16 @@ VIEW = "deepen-run"  # the share key
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW}"
 DEFAULT_UI = "http://127.0.0.1:5000"
 MAKE_UI = "http://localhost.:5000"  # make ui's links (see above); plain `mlflow ui` does not allow this host
-FIRST = ("metrics.`eval/score`",)
-LAST = ("tags.`score`", "tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`seed`", "tags.`dry_run`",
-        "metrics.`params/ratio`", "metrics.`train/runtime_s`")
+# Tags only: the table puts every selected metric column before the tags, and shows a metric's every
+# digit cut off (0.77293577…), so the rounded `score` tag (run/names.py SCORE_TAG) was off screen at
+# 1600 px behind eval/score, params/ratio and train/runtime_s. Metrics stay one click away (Columns).
+FIRST = ("tags.`score`",)
+LAST = ("tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`duplicate_layers`", "tags.`variant`",
+        "tags.`seed`", "tags.`dry_run`")
 
 
 def columns(eval_keys: list[str] = (), before: list[str] | None = None, swept: list[str] = ()) -> list[str]:
-    """eval/score first, then the latest sweep's swept keys (tag columns), then what tells runs
+    """The score tag, then the latest sweep's swept keys (tag columns), then what tells runs
     apart. eval_keys: the run's metrics, not shown by default (see the module's docstring)."""
     swept = [c for c in (list(swept) or _swept_before(list(before or []))) if c not in FIRST]
     return [*FIRST, *swept, *(c for c in LAST if c not in swept)]
