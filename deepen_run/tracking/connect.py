@@ -65,6 +65,11 @@ def _build_aside(uri: str, db: Path) -> bool:
             return True
         except FileExistsError:
             return False
+        except OSError:  # a filesystem without hard links: a rename, unless the file appeared meanwhile
+            if db.exists():
+                return False
+            os.replace(tmp, db)
+            return True
     finally:
         tmp.unlink(missing_ok=True)
 
