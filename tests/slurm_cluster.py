@@ -134,7 +134,13 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         return subprocess.run(list(cmd), capture_output=True, text=True, env=self.env(), close_fds=True, timeout=60)
 
     def stop(self, grace_s: float = 30) -> list[str]:
-        """SIGTERM each daemon by its pid file, SIGKILL after grace_s; -> the daemons still alive (none)."""
+        """Cancel every job (its processes end with it), then SIGTERM each daemon by its pid file,
+        SIGKILL after grace_s; -> the daemons still alive (none)."""
+        if self.procs.get("slurmctld") is not None and self.procs["slurmctld"].poll() is None:
+            self.run("scancel", "--full", "--user=root")
+            deadline = time.monotonic() + 2 * grace_s
+            while time.monotonic() < deadline and self.run("squeue", "-h", "-o", "%i").stdout.strip():
+                time.sleep(0.5)
         left = []
         for daemon in DAEMONS:
             f = self.pid_file(daemon)

@@ -50,9 +50,16 @@ def launch(cluster, tmp_path, glue_dir, *extra: str) -> tuple[subprocess.Popen, 
     args = ["-m", "hydra/launcher=submitit_slurm", *TWINS, *extra, f"data.glue_dir={glue_dir}",
             f"tracking.uri={uri}", f"hydra.sweep.dir={sweep}", f"data.cache_dir={tmp_path}/cache"]
     env = {**cluster.env(), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("deepen-run")), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, close_fds=True)
+    # Its output to files: submitit's warnings about sacct (no accounting here) would fill a pipe.
+    with open(tmp_path / "launcher.out", "w") as out, open(tmp_path / "launcher.err", "w") as err:
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("deepen-run")), *args], stdout=out, stderr=err,
+                                text=True, env=env, close_fds=True)
+    proc.err = tmp_path / "launcher.err"
     return proc, sweep, uri
+
+
+def tail(proc) -> str:
+    return proc.err.read_text(errors="replace")[-3000:]
 
 
 def slurm_id(cluster, task: int) -> str:
@@ -64,7 +71,7 @@ def slurm_id(cluster, task: int) -> str:
 def wait(proc: subprocess.Popen, until, what: str) -> None:
     t0 = time.time()
     while not until():
-        assert proc.poll() is None, f"the sweep ended before {what}: {proc.communicate()[1][-3000:]}"
+        assert proc.poll() is None, f"the sweep ended before {what}: {tail(proc)}"
         assert time.time() - t0 < LIMIT, what
         time.sleep(0.2)
 
@@ -79,8 +86,8 @@ def history(client, run, key="train/loss"):
 
 
 def check_twins(proc, uri: str) -> None:
-    out, err = proc.communicate(timeout=LIMIT)
-    assert proc.returncode == 0, err[-3000:]
+    proc.wait(timeout=LIMIT)
+    assert proc.returncode == 0, tail(proc)
     client, runs = runs_of(uri)
     parents = [r for r in runs if r.data.tags.get("sweep_role") == "parent"]
     children = {r.info.run_name: r for r in runs if r.data.tags.get("sweep_role") == "child"}
