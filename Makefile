@@ -28,7 +28,7 @@ test: install
 # The development loop: unit contracts on the tiny random BERT, no end-to-end or slow runs; one test
 # process a core (pytest-xdist; worksteal hands out the longer tests early).
 test-fast: install
-	$(BIN)/pytest -q -n auto --dist worksteal -m "not e2e and not slow and not subprocess" --durations=5
+	$(BIN)/pytest -q -n auto --dist worksteal -m "not e2e and not slow and not subprocess and not slurm" --durations=5
 
 # HIRE on SST-2, offline MiniLM, a 2000-example subset: a few minutes on a laptop CPU.
 # Keeps its weights (train.save_best=true): deepen-predict --run <its id> "a gorgeous, witty film" uses them.
@@ -42,10 +42,12 @@ sweep: install
 		train.max_steps=100 train.learning_rate=5e-5 data.max_seq_length=128
 
 UI_PORT ?= 5000
-# Prints the runs table's URL once the server answers; Ctrl-C stops it.
+# Prints the runs table's URL once the server answers; Ctrl-C stops it. The store: $MLFLOW_TRACKING_URI
+# where it is set (as deepen-run's tracking.uri), else the checkout's.
 ui: install
 	@mkdir -p outputs
-	@$(BIN)/python -m deepen_run.tracking.ui sqlite:///$(CURDIR)/outputs/mlflow.db $(CURDIR)/outputs/mlartifacts $(UI_PORT)
+	@$(BIN)/python -m deepen_run.tracking.ui "$${MLFLOW_TRACKING_URI:-sqlite:///$(CURDIR)/outputs/mlflow.db}" \
+		$(CURDIR)/outputs/mlartifacts $(UI_PORT)
 
 # ruff with the rules in pyproject.toml ([tool.ruff]): real mistakes (pyflakes, bugbear, ...), seconds.
 lint: install

@@ -20,6 +20,10 @@ from deepen_run.util import sqlite_path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# MLflow's variables are the defaults of tracking.uri/experiment (and of the tools): a user's
+# settings must not send the suite's runs to their store (tests/test_mlflow_env.py sets them itself).
+for _var in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
+    os.environ.pop(_var, None)
 # `make test` runs one test process a core (pytest-xdist), which fills the cores: each of them, and
 # every run it starts, then computes on one thread. Two threads a process would oversubscribe the
 # cores (torch's OpenMP threads spin while they wait): measured here, a pair of MiniLM runs side by

@@ -13,6 +13,7 @@ grouping ignores them).
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from dataclasses import dataclass, field
 from collections.abc import Mapping
@@ -31,14 +32,23 @@ ROOT = Path(__file__).resolve().parents[2]
 if not OmegaConf.has_resolver("root"):
     OmegaConf.register_new_resolver("root", lambda: str(ROOT))
 
-# The default MLflow store (tracking.uri), relative to ROOT through the resolver so a saved config
-# stays valid for the checkout; default_store() gives it resolved.
+# The checkout's MLflow store, relative to ROOT through the resolver so a saved config stays valid for
+# the checkout; local_store() gives it resolved. MLflow's own variables, where set, come first (as
+# MLflow's clients, the Trainer's callback and Lightning's logger read them): the saved config keeps
+# the interpolation, so a requeued job resolves it again in the environment it was started with.
 STORE = "sqlite:///${root:}/outputs/mlflow.db"
+URI = "${oc.env:MLFLOW_TRACKING_URI,'" + STORE + "'}"
+EXPERIMENT = "${oc.env:MLFLOW_EXPERIMENT_NAME,deepen-run}"
 _NEUTRAL = MappingProxyType({"neutral": True})
 
 
-def default_store() -> str:
+def local_store() -> str:
     return STORE.replace("${root:}", str(ROOT))
+
+
+def default_store() -> str:
+    """Where a run goes without tracking.uri (and what deepen-predict/-export read without --tracking-uri)."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or local_store()
 
 
 def neutral(default: Any) -> Any:
@@ -208,13 +218,13 @@ class TrainConfig:
 class TrackingConfig:
     """tracking.*: where the run is recorded (MLflow).
 
-    uri: MLflow tracking URI (a SQLite file, or http://host:port of a server)
-    experiment: MLflow experiment name
+    uri: MLflow tracking URI (a SQLite file, or http://host:port of a server); default $MLFLOW_TRACKING_URI, else the checkout's outputs/mlflow.db
+    experiment: MLflow experiment name; default $MLFLOW_EXPERIMENT_NAME, else deepen-run
     run_name: run name; null = <backbone>[-<family>][+dup<layers>]-<method>[(<non-default options>)]-<tasks>-s<seed>
     system_metrics: log MLflow's CPU, memory and GPU monitor as system/* metrics (a sampling thread; off by default, docs/use-a-model.md)
     """
-    uri: str = neutral(STORE)
-    experiment: str = neutral("deepen-run")
+    uri: str = neutral(URI)
+    experiment: str = neutral(EXPERIMENT)
     run_name: Optional[str] = neutral(None)
     system_metrics: bool = neutral(False)
 

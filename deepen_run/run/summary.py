@@ -4,17 +4,19 @@ Read back from the MLflow store, so it shows what was recorded, not what the pro
 """
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
 
-from deepen_run.config.schema import TrackingConfig, default_store
+from deepen_run.config.schema import local_store
 from deepen_run.masking import mask_uri
 from deepen_run.serve.table import predict_args
 from deepen_run.tracking import ui
 
-DEFAULT_STORE = default_store()
+DEFAULT_STORE = local_store()  # what the tools read with neither an option nor MLFLOW_TRACKING_URI
+DEFAULT_EXPERIMENT = "deepen-run"
 
 
 def ui_hint(uri: str) -> tuple[str, str]:
@@ -28,15 +30,24 @@ def ui_hint(uri: str) -> tuple[str, str]:
 
 def store_args(uri: str, experiment: Optional[str] = None, flag: str = "--uri") -> str:
     """The options a printed command needs to reach this store (and experiment) where they are not
-    the defaults: copied as printed, the command must find the run."""
+    the defaults: copied as printed, the command must find the run (in a shell without MLflow's
+    variables too, so a store or experiment they named is spelled out)."""
     out = f" {flag} {shlex.quote(mask_uri(uri))}" if uri != DEFAULT_STORE else ""
-    if experiment is not None and experiment != TrackingConfig().experiment:
+    if experiment is not None and experiment != DEFAULT_EXPERIMENT:
         out += f" --experiment {shlex.quote(experiment)}"
     return out
 
 
 def local_path(uri: str) -> str:
     return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
+
+
+def from_environment(tracker) -> Optional[str]:
+    """The line saying MLflow's variables chose the store or experiment (none where they did not)."""
+    chosen = [f"{var} ({shown})" for var, value, shown in (
+        ("MLFLOW_TRACKING_URI", tracker.uri, mask_uri(tracker.uri)),
+        ("MLFLOW_EXPERIMENT_NAME", tracker.experiment, tracker.experiment)) if os.environ.get(var) == value]
+    return f"  tracking      from {', '.join(chosen)}" if chosen else None
 
 
 def text(tracker, home: Optional[Path], status: str) -> str:
@@ -46,6 +57,8 @@ def text(tracker, home: Optional[Path], status: str) -> str:
     ui.apply(tracker.client, tracker.experiment_id, list(metrics), run.data.tags.get("mlflow.parentRunId"))
     base, how = ui_hint(tracker.uri)
     lines = [f"run {run.info.run_name}  {status}  (id {tracker.run_id}, experiment {tracker.experiment})"]
+    if (env := from_environment(tracker)) is not None:
+        lines.append(env)
     if "eval/score" in metrics:
         per = "  ".join(f"{k[5:]} {v:.4f}" for k, v in evals.items() if k != "eval/best_score")
         lines.append(f"  eval/score {metrics['eval/score']:.4f}   {per}")

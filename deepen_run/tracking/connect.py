@@ -25,19 +25,65 @@ def prepare_store(uri: str) -> None:
         db.parent.mkdir(parents=True, exist_ok=True)
 
 
-def has_schema(db: Path) -> bool:
-    """The file is a SQLite database MLflow has already set up (its alembic version table exists).
+def schema_version(db: Path) -> Optional[str]:
+    """The alembic revision of a SQLite file MLflow has set up (its version table), else None.
     A read-only look with the standard library (create_schema_once holds the lock around it)."""
     import sqlite3
 
     if not db.is_file():
-        return False
+        return None
     try:
         with closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=20)) as con:
-            return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='alembic_version'"
-                               ).fetchone() is not None
+            row = con.execute("SELECT version_num FROM alembic_version").fetchone()
+            return row[0] if row else None
     except sqlite3.Error:
-        return False  # not a database (yet): let MLflow create it, or say what is wrong
+        return None  # not a database (yet), or no version table: let MLflow create it, or say what is wrong
+
+
+def has_schema(db: Path) -> bool:
+    return schema_version(db) is not None
+
+
+def _build_aside(uri: str, db: Path) -> bool:
+    """Create a fresh store's schema in a temporary file beside `db`, then link it into place: a
+    client of another program (`mlflow ui`, a notebook) that opens the path meanwhile finds either no
+    file or a whole store, never one halfway through MLflow's migrations (which it would then try to
+    run too: "no such column: spans.dimension_attributes"). False: such a client created the file first."""
+    import os
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.creating")
+    tmp_uri = f"sqlite:///{tmp}"
+    try:
+        SqlAlchemyStore(tmp_uri, _artifact_root(uri))  # the schema, and MLflow's default experiment
+        engine = SqlAlchemyStore._engine_map.pop(tmp_uri, None)  # a cached engine on a name about to go
+        if engine is not None:
+            engine.dispose()
+        try:
+            os.link(tmp, db)  # unlike rename, never replaces a file that appeared meanwhile
+            return True
+        except FileExistsError:
+            return False
+        except OSError:  # a filesystem without hard links: a rename, unless the file appeared meanwhile
+            if db.exists():
+                return False
+            os.replace(tmp, db)
+            return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _wait_for_other(db: Path, head: str, quiet_s: float = 5.0) -> None:
+    """Another program may be migrating a fresh store: wait while its schema version moves, until it
+    is MLflow's head (or stands still for quiet_s: an old store, which MLflow's own check then names)."""
+    import time
+
+    seen, since = object(), time.monotonic()
+    while (version := schema_version(db)) != head and time.monotonic() - since < quiet_s:
+        if version != seen:
+            seen, since = version, time.monotonic()
+        time.sleep(0.2)
 
 
 def create_schema_once(uri: str) -> None:
@@ -45,9 +91,10 @@ def create_schema_once(uri: str) -> None:
 
     Several processes opening a fresh database at the same moment each run MLflow's alembic
     migrations and fail ("duplicate column", "table _alembic_tmp_params already exists"); the
-    lock makes the first one create the schema while the others wait. Later writes from
-    parallel jobs are safe on their own: MLflow sets SQLite's busy_timeout (20 s) on every session.
-    A store that already has its schema gets no MLflow probe (seconds), only the lock (a syscall)
+    lock makes the first one create the schema while the others wait, and the schema is built aside
+    and linked into place (_build_aside), for clients that take no lock. Later writes from parallel
+    jobs are safe on their own: MLflow sets SQLite's busy_timeout (20 s) on every session.
+    A store whose schema is MLflow's head gets no MLflow probe (seconds), only the lock (a syscall)
     and a read-only sqlite3 look (milliseconds); the look needs the lock, since alembic writes its
     version table at the first of its many migration steps. MLflow's client still checks the schema
     version when it opens the store.
@@ -57,11 +104,18 @@ def create_schema_once(uri: str) -> None:
         return
     import fcntl
 
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    head = _get_latest_schema_revision()
     with open(f"{db}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if not has_schema(db):
-                MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+            if schema_version(db) == head:
+                return
+            if not db.exists() and _build_aside(uri, db):
+                return
+            _wait_for_other(db, head)  # a file that is there but not (yet) a whole store
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 

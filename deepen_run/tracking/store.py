@@ -51,6 +51,17 @@ def _recorded(method):
     return write
 
 
+def missing_driver(e: BaseException) -> bool:
+    """Did opening a store fail for want of a Python package (psycopg2, pymysql, a dialect)?"""
+    from sqlalchemy.exc import NoSuchModuleError
+
+    while e is not None:
+        if isinstance(e, (ImportError, NoSuchModuleError)):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     out = {}
     for k, v in d.items():
@@ -121,8 +132,9 @@ class Tracker:
                 if signals is not None:
                     self.client = Whole(self.client, signals)
             except Exception as e:  # noqa: BLE001 (a database URI whose driver is not installed, say)
+                hint = "install its database driver" if missing_driver(e) else "check it (or mlflow db upgrade it)"
                 raise UserError(f"tracking.uri={self.shown}: cannot open the store ({hide(first_line(e, 200))}); "
-                                "install its database driver, or use the default local store") from e
+                                f"{hint}, or use the default local store") from e
 
     def whole(self):
         """A block of calls that runs whole, as each call does (Whole): a signal acts at its end."""

@@ -90,6 +90,11 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     """`make ui`: start `mlflow ui`, wait until it answers, then print where to look."""
     from mlflow.tracking import MlflowClient
 
+    if store.startswith(("http://", "https://")):  # MLFLOW_TRACKING_URI names a server: it serves its own UI
+        from deepen_run.masking import mask_uri
+
+        print(f"{mask_uri(store)} is a tracking server: its UI is {mask_uri(store).rstrip('/')}/ (nothing to start)")
+        return 0
     base, shown = f"http://127.0.0.1:{port}", f"http://localhost.:{port}"  # see the module's docstring
     hosts = [f"{h}:{port}" for h in ("localhost.", "localhost", "127.0.0.1")]
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store, "--default-artifact-root", artifacts,
@@ -165,4 +170,7 @@ def port_of(text: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], sys.argv[2], port_of(sys.argv[3])))
+    # make ui passes $MLFLOW_TRACKING_URI (else the checkout's store); $MLFLOW_EXPERIMENT_NAME gets its link too
+    named = os.environ.get("MLFLOW_EXPERIMENT_NAME")
+    sys.exit(serve(sys.argv[1], sys.argv[2], port_of(sys.argv[3]),
+                   tuple(dict.fromkeys(("deepen-run", "deepen-probe", *([named] if named else []))))))

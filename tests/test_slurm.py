@@ -1,0 +1,150 @@
+"""A sweep on a real SLURM cluster (tests/slurm_cluster.py: slurmctld + slurmd on this machine) through
+`hydra/launcher=submitit_slurm`, pre-empted: the job saves at a step's end, SLURM runs it again, and it
+continues as the same MLflow run from its checkpoint. Checked by behaviour only (exit codes, MLflow
+statuses, step histories): one parent FINISHED, every child FINISHED, no step logged twice, and the
+pre-empted job's metrics equal to its twin's, which ran whole.
+
+Twins: the two jobs of each sweep differ only in tracking.run_name (a key that cannot change a result),
+so the one that ran whole is the uninterrupted run the other is compared with. docs/scale-out.md shows
+these settings.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import existing_store, runs_of
+from slurm_cluster import Cluster, install
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.subprocess]
+LIMIT = 900  # seconds a sweep may take here (a hung one fails instead of holding the suite for an hour)
+
+TWINS = ["tracking.run_name=preempted,whole", "task=rte", "backbone=tiny", "train.max_steps=60",
+         "train.save_every=10", "train.log_every=5", "train.batch_size=32", "train.learning_rate=1e-3",
+         "data.max_train_samples=512", "data.max_eval_samples=32", "data.max_seq_length=128", "resume=auto"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why = install()
+    if why:
+        pytest.skip(why)
+    c = Cluster(tmp_path_factory.mktemp("slurm"))
+    try:
+        c.start()
+        yield c
+    finally:
+        left = c.stop()  # every daemon, even when a test failed
+        assert not left, f"SLURM daemons still running: {left}"
+
+
+def launch(cluster, tmp_path, glue_dir, *extra: str) -> tuple[subprocess.Popen, Path, str]:
+    uri, sweep = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "sweep"
+    existing_store(uri)
+    args = ["-m", "hydra/launcher=submitit_slurm", *TWINS, *extra, f"data.glue_dir={glue_dir}",
+            f"tracking.uri={uri}", f"hydra.sweep.dir={sweep}", f"data.cache_dir={tmp_path}/cache"]
+    env = {**cluster.env(), "OMP_NUM_THREADS": "1"}
+    # Its output to files: submitit's warnings about sacct (no accounting here) would fill a pipe.
+    with open(tmp_path / "launcher.out", "w") as out, open(tmp_path / "launcher.err", "w") as err:
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("deepen-run")), *args], stdout=out, stderr=err,
+                                text=True, env=env, close_fds=True)
+    proc.err = tmp_path / "launcher.err"
+    return proc, sweep, uri
+
+
+def tail(proc) -> str:
+    return proc.err.read_text(errors="replace")[-3000:]
+
+
+def slurm_id(cluster, task: int) -> str:
+    """The SLURM id of array task `task` (job number `task` of the sweep) while it runs."""
+    r = cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%i")
+    return next((j for j in r.stdout.split() if j.endswith(f"_{task}")), "")
+
+
+def wait(proc: subprocess.Popen, until, what: str) -> None:
+    t0 = time.time()
+    while not until():
+        assert proc.poll() is None, f"the sweep ended before {what}: {tail(proc)}"
+        assert time.time() - t0 < LIMIT, what
+        time.sleep(0.2)
+
+
+def release(cluster) -> None:
+    """SLURM holds a requeued job back for two minutes (Reason=BeginTime); the tests let it start now."""
+    r = cluster.run("squeue", "-h", "-t", "PENDING", "-o", "%i %r")
+    for job, reason in (ln.split(None, 1) for ln in r.stdout.splitlines() if ln.strip()):
+        if reason.strip() == "BeginTime":
+            cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+
+
+def restarts(cluster, job: str) -> int:
+    text = cluster.run("scontrol", "show", "job", job).stdout
+    return int(next(w for w in text.split() if w.startswith("Restarts=")).split("=")[1])
+
+
+def history(client, run, key="train/loss"):
+    return [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+
+
+def check_twins(cluster, proc, uri: str) -> None:
+    t0 = time.time()
+    while proc.poll() is None:
+        assert time.time() - t0 < LIMIT, "the sweep did not end"
+        release(cluster)
+        time.sleep(1)
+    assert proc.returncode == 0, tail(proc)
+    client, runs = runs_of(uri)
+    parents = [r for r in runs if r.data.tags.get("sweep_role") == "parent"]
+    children = {r.info.run_name: r for r in runs if r.data.tags.get("sweep_role") == "child"}
+    assert [p.info.status for p in parents] == ["FINISHED"]
+    assert sorted(children) == ["preempted", "whole"]  # one run each: the requeued job continued its own
+    assert {c.info.status for c in children.values()} == {"FINISHED"}
+    pre, whole = children["preempted"], children["whole"]
+    for key in ("train/loss", "eval/score"):
+        steps = [s for s, _ in history(client, pre, key)]
+        assert steps == sorted(set(steps)), (key, steps)  # no step logged twice
+        assert [s for s, _ in history(client, whole, key)] == steps
+        assert [v for _, v in history(client, pre, key)] == pytest.approx([v for _, v in history(client, whole, key)],
+                                                                        rel=1e-5)
+
+
+def test_a_requeued_job_continues_as_the_same_run(cluster, tmp_path, glue_dir):
+    proc, sweep, uri = launch(cluster, tmp_path, glue_dir, "hydra.launcher.max_num_timeout=3")
+    try:
+        # Pre-empted mid-training: once job 0 has a checkpoint, SLURM requeues it (SIGTERM, then runs it again).
+        wait(proc, lambda: list((sweep / "0").glob("checkpoints/step-*")), "job 0 saved a checkpoint")
+        job = slurm_id(cluster, 0)
+        assert job, cluster.run("squeue").stdout
+        r = cluster.run("scontrol", "requeue", job)
+        assert r.returncode == 0, r.stderr
+        check_twins(cluster, proc, uri)
+        assert restarts(cluster, job) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.skip(reason="issue #61, open: SIGUSR2 arrives, both jobs save and end KILLED and submitit requeues "
+                         "them, but the sweep did not end within 7 min (its launcher waited on a job SLURM no longer "
+                         "listed); not diagnosed yet")
+def test_a_job_at_its_time_limit_saves_and_is_requeued(cluster, tmp_path, glue_dir):
+    # SLURM sends SIGUSR2 signal_delay_s before the one-minute limit (sbatch --signal=USR2@45); the job
+    # stops at a step's end, saved, and submitit requeues it; each attempt continues the last.
+    proc, sweep, uri = launch(cluster, tmp_path, glue_dir, "hydra.launcher.timeout_min=1",
+                              "hydra.launcher.signal_delay_s=45", "hydra.launcher.max_num_timeout=10",
+                              "train.max_steps=600")
+    try:
+        wait(proc, lambda: slurm_id(cluster, 0), "job 0 started")
+        job = slurm_id(cluster, 0)
+        check_twins(cluster, proc, uri)
+        assert restarts(cluster, job) >= 1  # the time limit did interrupt it
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
