@@ -161,3 +161,15 @@ def shared_mode(*paths: Path) -> None:
         for f in ([p] if not Path(p).is_dir() else [q for q in Path(p).rglob("*") if q.is_file()]):
             if not f.is_symlink():
                 os.chmod(f, 0o666 & ~mask)
+
+
+def path_part(name: str) -> str:
+    """`name` (an MLflow experiment's, any text) as one folder name that stays where it is put: no '/',
+    no '..', no leading dot. A name that needs no change keeps it; another gets its safe characters
+    and a short hash of the whole, so two names never share a folder."""
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9_.=+-]", "_", name)
+    if safe == name and not name.startswith(".") and name:
+        return name
+    return f"{safe.strip('.') or 'x'}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepen_run.errors import UserError
+from deepen_run.safe_fs import shared_mode
 from deepen_run.model import backbone as bb
 from deepen_run.serve import bundle, card, hf
 
@@ -143,6 +144,7 @@ def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
     trained.tokenizer.model_max_length = cfg.data.max_seq_length
     trained.tokenizer.save_pretrained(str(tmp))
     (tmp / "README.md").write_text(card.text(cfg, info, hf_class, why))
+    shared_mode(tmp)  # safetensors writes 0600; the export's weights are as readable as its other files
     # What this export wrote: a later export into the same folder replaces these files and no other.
     names = sorted(p.name for p in tmp.iterdir())
     (tmp / bundle.INFO).write_text(json.dumps(json.loads((tmp / bundle.INFO).read_text()) | {"files": names}, indent=1))

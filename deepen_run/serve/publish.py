@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from deepen_run.safe_fs import shared_mode
 from deepen_run.serve import bundle
 from deepen_run.tracking import models
 
@@ -91,6 +92,7 @@ def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int) -> Optiona
             from safetensors.torch import save_model
 
             save_model(model, str(folder / bundle.WEIGHTS))
+        shared_mode(folder)  # safetensors writes 0600: a model meant to be shared loads for another account
 
     tags = {"method": cfg.method.name, "backbone": cfg.backbone.name, "task": "+".join(cfg.task.names)}
     return models.log_model(tracker, f"{cfg.backbone.name}-{cfg.method.name}-{'-'.join(cfg.task.names)}", tags,
