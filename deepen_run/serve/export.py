@@ -44,16 +44,17 @@ def export(source, dest: Path, tracking_uri: Optional[str] = None,
 
     dest = Path(dest).resolve()  # `.` has no name to put the temporary folder beside
     check_target(dest)
-    folder, cfg, info = open_model(source, tracking_uri, trust_remote_code)
     # Filled beside dest under a name no one else has (mkdir refuses one that exists), then moved in:
     # a user's file is never touched. Made before the model loads: an unwritable target is one line now.
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir()
-    except OSError as e:
-        raise UserError(f"cannot write the export at {dest} ({e.strerror or e}); give a folder you can write") from None
     with removed_on_signal(tmp, dest):
+        folder, cfg, info = open_model(source, tracking_uri, trust_remote_code)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir()
+        except OSError as e:
+            raise UserError(f"cannot write the export at {dest} ({e.strerror or e}); give a folder you can "
+                            "write") from None
         try:
             trained = build(folder, cfg, info, device="cpu")
             hf_class = fill(tmp, folder, cfg, info, trained)
