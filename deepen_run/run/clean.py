@@ -77,14 +77,15 @@ def hold_locks(folder: Path, stack: ExitStack) -> bool:
     """Take every run or sweep lock in `folder` (its job folders and deepen_jobs/ too) for as long as
     `stack` is open, so no run can start there while it is removed. False (nothing kept) if a live
     process holds one: the folder is in use."""
-    for lock in (p for name in LOCKS for p in (*folder.glob(name), *folder.glob(f"*/{name}"))):
+    # The folder itself first: run/rundir.py's guard holds it from its checks until the runner's .lock.
+    for lock in (folder, *(p for name in LOCKS for p in (*folder.glob(name), *folder.glob(f"*/{name}")))):
         try:  # O_NOFOLLOW: a lock that is a link is not ours to open (and _only_ours keeps it anyway)
             fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             continue  # gone meanwhile, or a link
-        f = stack.enter_context(os.fdopen(fd))
+        stack.callback(os.close, fd)
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
     return True
