@@ -147,8 +147,13 @@ def unwritable(path: Path, flag: str, overwrite: bool = False, overwrite_flag: s
     parent = next((p for p in path.parents if p.exists()), Path("."))
     if not parent.is_dir():
         return f"{flag} {path}: {parent} is a file, not a folder"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"{flag} {path}: you cannot write in {parent}"
+    import tempfile
+
+    try:  # a file made and gone at once: what a write will meet (os.access says yes to root on /proc)
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        return f"{flag} {path}: you cannot write in {parent} ({e.strerror or e})"
     return None
 
 
