@@ -30,13 +30,13 @@ def check_weights(key: str, folder: Path) -> None:
         raise UserError(f"{key}={folder}: no model.safetensors; {why}")
     files = [folder / WEIGHTS[0]] if names[0] == WEIGHTS[0] else _shards(key, folder / WEIGHTS[1])
     shapes = {}
-    from safetensors import SafetensorsError, safe_open
+    from safetensors import SafetensorError, safe_open
 
     for f in files:
         try:
             with safe_open(str(f), "pt") as st:
                 shapes |= {k: tuple(st.get_slice(k).get_shape()) for k in st.keys()}
-        except (SafetensorsError, OSError, ValueError) as e:
+        except (SafetensorError, OSError, ValueError) as e:
             raise UserError(f"{key}={folder}: {f.name} is not a readable safetensors file (damaged, truncated or "
                             f"another format): {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     _fits(key, folder, shapes)

@@ -108,7 +108,7 @@ def load_config(folder: Path, cfg_file: Optional[Path] = None):
 def load_state(path: Path) -> dict:
     """The weights, through safetensors alone (no pickle is ever read); a missing, truncated or foreign
     file is one line."""
-    from safetensors import SafetensorsError
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     if not path.is_file():
@@ -116,7 +116,7 @@ def load_state(path: Path) -> dict:
                         "safetensors, never from a pickle such as pytorch_model.bin)")
     try:
         return load_file(str(path))
-    except (SafetensorsError, OSError, ValueError, RuntimeError) as e:
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise UserError(f"{path} is not a readable safetensors file (damaged, truncated or another format): "
                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
