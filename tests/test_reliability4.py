@@ -17,6 +17,7 @@ import pytest
 from conftest import HANG, make_cfg
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+pytestmark = pytest.mark.subprocess  # most of these start the commands as a user would
 
 
 def tool(name: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -218,7 +219,11 @@ def test_submission_never_overwrites_a_users_file(tmp_path, mlflow_uri):
     """BAD 3: --submission names a file that exists: refused in one line before the store is read, the
     file untouched; a new name with nothing to write is not created."""
     from deepen_run.report.main import main as report_main
+    from deepen_run.tracking.store import Tracker
 
+    tracker = Tracker(mlflow_uri, "deepen-run")  # a FINISHED run without predict=true: no submission/ files
+    tracker.start("no-predict", {})
+    tracker.end("FINISHED")
     thesis = tmp_path / "thesis.zip"
     thesis.write_text("MY THESIS DATA\n")
     for name, said in ((thesis, "exists; pass --overwrite"), (tmp_path / "new.zip", "has submission/ files")):
