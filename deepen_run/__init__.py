@@ -21,9 +21,11 @@ May import: base
 import importlib
 
 
-def load(source, tracking_uri=None, device=None):
+def load(source, tracking_uri=None, device=None, trust_remote_code=False):
     """A trained model back from a run id, a run folder, a models:/ URI or an export folder: a
     deepen_run.serve.predictor.TrainedModel with .model, .tokenizer, .tasks, .heads and .predict(texts,
-    task=...) (docs/use-a-model.md). Reached by name, so `import deepen_run` stays light."""
-    return importlib.import_module("deepen_run.serve.loading").load(source, tracking_uri=tracking_uri, device=device)
+    task=...) (docs/use-a-model.md). Reached by name, so `import deepen_run` stays light. Code shipped with
+    the model runs only with trust_remote_code=True (never because its folder says so)."""
+    return importlib.import_module("deepen_run.serve.loading").load(source, tracking_uri=tracking_uri, device=device,
+                                                                     trust_remote_code=trust_remote_code)
 

@@ -131,3 +131,50 @@ def write_owned(folder: Path, files: dict[str, Callable[[Path], None]]) -> list[
         out.append(final)
     (folder / MANIFEST).write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
     return out
+
+
+def unwritable(path: Path, flag: str, overwrite: bool = False, overwrite_flag: str = "--overwrite") -> Optional[str]:
+    """Why the file `path` may not be written, in one line naming `flag`, or None. Asked before any
+    heavy work: a folder, a file that exists (the user's: replaced only with overwrite), a parent that
+    is a file or that this account cannot write in."""
+    path = Path(path)
+    if path.is_dir():
+        return f"{flag} {path} is a folder; give the path of a file to write"
+    if (path.exists() or path.is_symlink()) and not overwrite:
+        return f"{flag} {path} exists; pass {overwrite_flag} to replace it, or name a new file"
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{flag} {path}: you cannot write this file"
+    parent = next((p for p in path.parents if p.exists()), Path("."))
+    if not parent.is_dir():
+        return f"{flag} {path}: {parent} is a file, not a folder"
+    import tempfile
+
+    try:  # a file made and gone at once: what a write will meet (os.access says yes to root on /proc)
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        return f"{flag} {path}: you cannot write in {parent} ({e.strerror or e})"
+    return None
+
+
+def shared_mode(*paths: Path) -> None:
+    """Give files the mode every other file gets (0666 less the umask: 0644 by default). Some writers
+    (safetensors) create theirs 0600, so another account could not load a model folder meant to be shared."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for p in paths:
+        for f in ([p] if not Path(p).is_dir() else [q for q in Path(p).rglob("*") if q.is_file()]):
+            if not f.is_symlink():
+                os.chmod(f, 0o666 & ~mask)
+
+
+def path_part(name: str) -> str:
+    """`name` (an MLflow experiment's, any text) as one folder name that stays where it is put: no '/',
+    no '..', no leading dot. A name that needs no change keeps it; another gets its safe characters
+    and a short hash of the whole, so two names never share a folder."""
+    import re
+
+    safe = re.sub(r"[^A-Za-z0-9_.=+-]", "_", name)
+    if safe == name and not name.startswith(".") and name:
+        return name
+    return f"{safe.strip('.') or 'x'}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"

@@ -34,10 +34,13 @@ def parse(argv: Optional[list[str]]):
     p.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"), help="a sentence pair (repeatable)")
     p.add_argument("--tsv", type=Path, help="a TSV of inputs (the task's GLUE columns with a header, or headerless)")
     p.add_argument("--task", help="the task to predict (a multi-task model has several)")
-    p.add_argument("--out", type=Path, help="write the TSV here instead of stdout")
+    p.add_argument("--out", type=Path, help="write the TSV here instead of stdout (a new file, or --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="let --out replace a file that exists")
     p.add_argument("--tracking-uri", help="the MLflow store of a run id (default: the one the runs go to)")
     p.add_argument("--batch-size", type=int, help="default: the run's train.eval_batch_size")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if there is one)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="let Python code shipped with the model's tokenizer run (a model folder cannot ask for it)")
     return p.parse_args(argv)
 
 
@@ -49,7 +52,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         from deepen_run.serve.loading import build, open_model
         from deepen_run.serve.table import pick_task, split_inputs  # no torch: refusals stay cheap
 
-        folder, cfg, info = open_model(a.run, a.tracking_uri)
+        folder, cfg, info = open_model(a.run, a.tracking_uri, a.trust_remote_code)
         spec = pick_task({t: TASKS[t] for t in info["tasks"]}, a.task)
         texts, idx = list(a.texts) + [tuple(x) for x in a.pair], None
         texts = [t if isinstance(t, tuple) or "\t" not in t else tuple(t.split("\t")) for t in texts]
@@ -64,7 +67,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if not texts:
             raise UserError(f"no input: {a.tsv or 'stdin'} holds no rows to predict")
         split_inputs(texts, spec)  # a pair for a one-sentence task: refused before the weights load
-        table.check_out(a.out)
+        table.check_out(a.out, a.overwrite)
         if a.batch_size is not None and a.batch_size <= 0:
             raise UserError(f"--batch-size {a.batch_size} must be positive")
         if a.device is not None:

@@ -49,6 +49,19 @@ def preflight(cfg) -> None:
 
     _find(cfg)
     adapter.family(model_type(cfg), "backbone.model_type" if not cfg.pretrained else f"backbone {cfg.path}'s model_type")
+    _check_folders(cfg)
+
+
+def _check_folders(cfg) -> None:
+    """A local backbone folder's weights and tokenizer files, a local backbone.tokenizer's files
+    (model/folders.py): one line naming the key and the file, before the run starts."""
+    from deepen_run.model import folders
+
+    path = resolve(cfg.path)
+    if cfg.pretrained and os.path.isdir(path):
+        folders.check_weights("backbone.path", Path(path))
+    key = "backbone.tokenizer" if cfg.tokenizer else "backbone.path"
+    folders.check_tokenizer(key, resolve(cfg.tokenizer or cfg.path))
 
 
 def model_type(cfg) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from pathlib import Path
 
@@ -78,13 +79,31 @@ def fold_seeds(pairs: list[tuple[dict, tuple]]) -> list[tuple]:
 def _read(path: Path, need: tuple[str, ...]) -> list[dict]:
     if not path.is_file():
         raise UserError(f"--from-csv: no file {path}")
-    with path.open(newline="") as f:
-        lines = list(csv.DictReader(f))
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            lines = list(csv.DictReader(f))
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {e.start}); --from-csv reads the CSV deepen-report "
+                        "--seeds-csv writes") from None
+    except csv.Error as e:
+        raise UserError(f"{path}: not a CSV file ({e})") from None
     missing = [c for c in need if lines and c not in lines[0]]
     if not lines or missing:
         raise UserError(f"{path}: {'no rows' if not lines else 'no column ' + ', '.join(missing)} "
                         f"(the format deepen-report --seeds-csv writes: {', '.join(need)})")
     return lines
+
+
+def _size(text, path: Path, column: str):
+    if text in ("", "None", None):
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v):
+        raise UserError(f"{path}: {column} {text!r} is not a finite number")
+    return v
 
 
 def load(seeds: Path, sizes: Path | None = None) -> tuple[list[dict], list[tuple]]:
@@ -93,8 +112,13 @@ def load(seeds: Path, sizes: Path | None = None) -> tuple[list[dict], list[tuple
     for n, line in enumerate(_read(seeds, SEEDS_COLUMNS), 2):
         try:
             rid, value = int(line["row"]), float(line["value"])
-        except ValueError:
+        except (ValueError, TypeError):
             raise UserError(f"{seeds}, line {n}: row {line['row']!r} / value {line['value']!r} is not a number") from None
+        if not math.isfinite(value):  # nan, inf, 1e310: no mean or interval can be made of it
+            raise UserError(f"{seeds}, line {n}: value {line['value']!r} is not a finite number")
+        if not (line.get("seed") or "").strip() or not (line.get("task") or "").strip():
+            raise UserError(f"{seeds}, line {n}: the {'seed' if (line.get('task') or '').strip() else 'task'} cell "
+                            "is empty; every value needs its task and seed (seeds pair the rows)")
         r = rows.setdefault(rid, {"id": rid, **{k: line[k] for k in ("backbone", "method", "setup", "settings")},
                                   "per_seed": {}, "repeats": [], "commits": {}} | dict.fromkeys(SIZE_COLUMNS)
                              | {"key": key_of(line, seeds, n)})
@@ -115,7 +139,7 @@ def load(seeds: Path, sizes: Path | None = None) -> tuple[list[dict], list[tuple
             rid = int(line["row"])
             if rid not in rows:
                 raise UserError(f"{sizes}: row {rid} is not in {seeds}")
-            rows[rid] |= {k: float(line[k]) if line[k] not in ("", "None") else None for k in SIZE_COLUMNS}
+            rows[rid] |= {k: _size(line[k], sizes, k) for k in SIZE_COLUMNS}
     out = [rows[i] for i in ids]
     keys = [r.pop("key") or tuple(sorted(config_of(r["backbone"], r["method"], r["setup"], r["settings"]).items()))
             for r in out]

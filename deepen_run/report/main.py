@@ -174,10 +174,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--submission", type=Path, metavar="FILE.zip",
                    help="write the GLUE leaderboard zip from the runs' submission/ files (predict=true): per file, "
                    "the run with the best dev score of its task; the table is not printed")
+    p.add_argument("--overwrite", action="store_true", help="let --submission and --seeds-csv replace a file that exists")
     p.add_argument("--register", metavar="NAME", help="register the best run (by eval/score) of a row as model NAME, "
                    "alias champion (docs/use-a-model.md)")
     p.add_argument("--row", type=int, help="the row --register takes (default: the only one)")
     a = p.parse_args(argv)
+    from deepen_run.safe_fs import unwritable
+
     try:
         if a.log_to_parent and not a.sweep_id:
             raise UserError("--log-to-parent needs --sweep-id (the parent is the sweep's)")
@@ -185,8 +188,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         if a.out:  # before reading the store: a refused --out costs nothing
             _check_out(a.out)
         for flag, f in (("--seeds-csv", a.seeds_csv), ("--submission", a.submission)):
-            if f is not None and f.is_dir():
-                raise UserError(f"{flag} {f} is a folder; give the path of a file to write")
+            why = f is not None and unwritable(f, flag, a.overwrite)  # before the store is read
+            if why:
+                raise UserError(why)
         if a.register is not None and (not a.register.strip() or any(c in a.register for c in "/:")):
             raise UserError(f"--register {a.register!r}: a registered model's name is not empty and has no '/' or ':'")
         only = _parse_tasks(a.tasks) if a.tasks else None

@@ -30,6 +30,7 @@ def gather(runs: list[dict], uri: str, out, score) -> tuple[dict[str, str], str]
     with tempfile.TemporaryDirectory() as tmp:
         for stem, (_, r, path) in best.items():
             files[stem] = artifacts.read_text(uri, r["run_id"], path, tmp)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_bytes(zip_bytes(files))
+    if files:  # nothing to write: the path is left as it was (main says why)
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_bytes(zip_bytes(files))
     return {stem: best[stem][1]["name"] for stem in files}, missing_line(files)

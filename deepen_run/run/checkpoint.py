@@ -27,6 +27,7 @@ from typing import Optional
 
 from deepen_run.data.stream import TaskStream
 from deepen_run.errors import UserError
+from deepen_run.safe_fs import shared_mode
 from deepen_run.run.lifecycle import SignalGuard
 
 STATE = "trainer_state.json"
@@ -222,6 +223,7 @@ class Checkpointer:
                 self.acc.save_model(model, str(tmp), safe_serialization=True)
             finally:
                 quiet.setLevel(level)
+            shared_mode(tmp)  # safetensors writes 0600: the kept weights are as readable as the rest
             if self.acc.is_main_process:
                 (tmp / STATE).write_text(json.dumps(self._state(step)))
 

@@ -4,6 +4,9 @@ deepen_run.run.clean outputs [--store]`); run/rundir.py, the run dir's guard, sh
 """
 from __future__ import annotations
 
+import fcntl
+import os
+from contextlib import ExitStack
 from pathlib import Path
 
 from deepen_run.safe_fs import link_on_the_way, remove, remove_empty_dirs
@@ -65,12 +68,35 @@ def _only_ours(folder: Path) -> bool:
 STORE = ("mlflow.db", "mlflow.db.lock", "mlartifacts", "study", "study-floor", "study-s3", "bench")  # scripts/study.py --out
 
 
+# The locks a live process holds: a run's run-dir lock (run/lifecycle.py LOCK; in a sweep, each job's
+# <n>/.lock) and a sweep launcher's deepen_jobs/launcher.lock (sweep/resume.py LOCK).
+LOCKS = (".lock", "launcher.lock")
+
+
+def hold_locks(folder: Path, stack: ExitStack) -> bool:
+    """Take every run or sweep lock in `folder` (its job folders and deepen_jobs/ too) for as long as
+    `stack` is open, so no run can start there while it is removed. False (nothing kept) if a live
+    process holds one: the folder is in use."""
+    # The folder itself first: run/rundir.py's guard holds it from its checks until the runner's .lock.
+    for lock in (folder, *(p for name in LOCKS for p in (*folder.glob(name), *folder.glob(f"*/{name}")))):
+        try:  # O_NOFOLLOW: a lock that is a link is not ours to open (and _only_ours keeps it anyway)
+            fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # gone meanwhile, or a link
+        stack.callback(os.close, fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+    return True
+
+
 def clean(outputs: Path, store: bool = False) -> list[Path]:
     """Remove the run dirs (outputs/runs/<date>/<time>) and sweep dirs (outputs/multiruns/<date>/<time>)
     that hold only what deepen-run writes, the tokenization cache's files, and with store=True the
     MLflow store and the scripts' outputs. A folder with anything else in it is kept and named; a link
     is never followed (deepen_run/safe_fs.py): it stays, named."""
-    removed, kept, left = [], [], []
+    removed, kept, left, dirs, busy = [], [], [], [], []
     for base in ("runs", "multiruns"):
         if link_on_the_way(outputs / base, outputs):
             left.append(f"{outputs / base} is a link: not followed, left as it is")
@@ -78,8 +104,10 @@ def clean(outputs: Path, store: bool = False) -> list[Path]:
         for d in sorted((outputs / base).glob("*/*")):
             if link_on_the_way(d, outputs):
                 left.append(f"{d} is a link (or lies behind one): not followed, left as it is")
+            elif d.is_dir() and _only_ours(d):
+                dirs.append(d)
             else:
-                (removed if d.is_dir() and _only_ours(d) else kept).append(d)
+                kept.append(d)
     cache = outputs / "cache"
     if cache.is_symlink():
         left.append(f"{cache} is a link: not followed, left as it is")
@@ -91,10 +119,19 @@ def clean(outputs: Path, store: bool = False) -> list[Path]:
     for p in removed:
         why = remove(p, outputs)
         (left.append(why) if why else gone.append(p))
+    for d in dirs:  # each run or sweep dir removed while its locks are ours: none is in use meanwhile
+        with ExitStack() as locks:
+            if not hold_locks(d, locks):
+                busy.append(d)
+                continue
+            why = remove(d, outputs)
+            (left.append(why) if why else gone.append(d))
     for folder in [*(outputs / b for b in ("runs", "multiruns")), cache]:
         remove_empty_dirs(folder, outputs)
     for d in kept:
         print(f"kept {d}: it holds files deepen-run did not make")
+    for d in busy:
+        print(f"kept {d}: a run or sweep is using it (its lock is held); stop it first, or clean later")
     for line in left:
         print(f"kept {line}")
     return gone

@@ -109,6 +109,8 @@ class RunDirGuard(Callback):
         if os.environ.get("RANK", "0") != "0":
             return  # the other ranks of a multi-process run use a private scratch dir
         folder = Path(str(OmegaConf.select(config, "hydra.run.dir"))).resolve()
+        listing = Listing(folder)  # before this process makes anything there
+        self._claim(folder)
         names = foreign_entries(folder, RUN_RECORDS)
         if names:
             _refuse("hydra.run.dir", folder, names, self.prog)
@@ -120,10 +122,31 @@ class RunDirGuard(Callback):
             check_dir(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]), folder)
         except UserError as e:
             fail_with(e, self.prog)
-        self.listing = Listing(folder)
+        self.listing = listing
+
+    def _claim(self, folder: Path) -> None:
+        """Hold the run dir itself (a flock on the folder, apart from the run's .lock, which the runner
+        takes later) from these checks until the process ends: of two runs started at the same instant
+        on one dir, the second is refused here, before Hydra writes its .hydra/ and log line there."""
+        import fcntl
+
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return  # a file in the way, no permission: foreign_entries and Hydra say so next
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            fail(str(DirInUse.for_dir(folder)), 2, prog=self.prog)
+        self.claim = fd  # released when the process exits (or at on_run_end)
 
     def on_run_end(self, config, job_return=None, **kwargs: Any) -> None:
         error = failure(job_return)
+        if getattr(self, "claim", None) is not None:
+            os.close(self.claim)
+            self.claim = None
         if not isinstance(error, UserError):
             return
         folder = self.listing.folder if self.listing is not None else None

@@ -54,10 +54,18 @@ def pristine_backbone_config(bcfg):
 
 
 def backbone_config_from(path: Path):
+    """A config class transformers itself ships, chosen by model_type: never code named by the file."""
     from transformers import CONFIG_MAPPING
 
-    d = json.loads(path.read_text())
-    return CONFIG_MAPPING[d["model_type"]].from_dict(d)
+    try:
+        d = json.loads(path.read_text())
+        family = d.get("model_type")
+    except (OSError, ValueError, AttributeError) as e:
+        raise UserError(f"{path} is not a backbone config (JSON with a model_type): {e}") from None
+    if family not in CONFIG_MAPPING:
+        raise UserError(f"{path}: model_type {family!r} is not a family transformers knows; the folder is damaged "
+                        "or from a newer transformers")
+    return CONFIG_MAPPING[family].from_dict(d)
 
 
 def model_config(cfg) -> dict:
@@ -98,15 +106,29 @@ def load_config(folder: Path, cfg_file: Optional[Path] = None):
 
 
 def load_state(path: Path) -> dict:
+    """The weights, through safetensors alone (no pickle is ever read); a missing, truncated or foreign
+    file is one line."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    return load_file(str(path))
+    if not path.is_file():
+        raise UserError(f"{path.parent} has no {path.name}: its weights are missing (weights load only from "
+                        "safetensors, never from a pickle such as pytorch_model.bin)")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise UserError(f"{path} is not a readable safetensors file (damaged, truncated or another format): "
+                        f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 
 def fit_state(model, state: dict) -> None:
     """Load `state` into `model`; safetensors keeps a tensor shared by several modules under one of
     its names (as checkpoints/best does), so only names missing without a shared twin are errors."""
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # a tensor of the wrong shape: the folder's weights are not this model's
+        raise UserError("the weights do not fit the model rebuilt from its config: "
+                        f"{' '.join(str(e).split())[:300]}") from None
     now = model.state_dict()
     shared = {now[k].data_ptr() for k in state if k in now}
     lost = [k for k in missing if now[k].data_ptr() not in shared]

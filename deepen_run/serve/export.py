@@ -5,12 +5,18 @@ and loads with deepen_run.load. The card says which, and why."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import sys
+import threading
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 from deepen_run.errors import UserError
+from deepen_run.safe_fs import shared_mode
 from deepen_run.model import backbone as bb
 from deepen_run.serve import bundle, card, hf
 
@@ -24,31 +30,70 @@ def check_target(dest: Path) -> None:
         raise UserError(f"{dest}: {parent} is a file, not a folder")
     if dest.is_dir() and any(dest.iterdir()) and not (dest / bundle.INFO).is_file():
         raise UserError(f"{dest} holds files of its own; export into a new or empty folder")
+    if dest.is_dir() and not os.access(dest, os.W_OK | os.X_OK):
+        raise UserError(f"{dest}: you cannot write in this folder; give a folder you can write")
     if (dest / bundle.INFO).is_file() and "files" not in json.loads((dest / bundle.INFO).read_text()):
         raise UserError(f"{dest} holds a model that does not list its files (a run's model, or an older "
                         "export): its files cannot be told from yours; export into a new or empty folder")
 
 
-def export(source, dest: Path, tracking_uri: Optional[str] = None) -> tuple[Path, Optional[str]]:
+def export(source, dest: Path, tracking_uri: Optional[str] = None,
+           trust_remote_code: bool = False) -> tuple[Path, Optional[str]]:
     """-> (the folder, the transformers class it loads with, or None: deepen_run.load only)."""
     from deepen_run.serve.loading import build, open_model
 
     dest = Path(dest).resolve()  # `.` has no name to put the temporary folder beside
     check_target(dest)
-    folder, cfg, info = open_model(source, tracking_uri)
-    trained = build(folder, cfg, info, device="cpu")
-    dest.parent.mkdir(parents=True, exist_ok=True)
     # Filled beside dest under a name no one else has (mkdir refuses one that exists), then moved in:
-    # a user's file is never touched.
+    # a user's file is never touched. Made before the model loads: an unwritable target is one line now.
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:12]}.tmp")
-    tmp.mkdir()
+    with removed_on_signal(tmp, dest):
+        folder, cfg, info = open_model(source, tracking_uri, trust_remote_code)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp.mkdir()
+        except OSError as e:
+            raise UserError(f"cannot write the export at {dest} ({e.strerror or e}); give a folder you can "
+                            "write") from None
+        try:
+            trained = build(folder, cfg, info, device="cpu")
+            hf_class = fill(tmp, folder, cfg, info, trained)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        # Moving in is short: a stop signal waits until it is done (half an export in dest would be
+        # worse), and then meets the handlers in force before the export (the export is whole).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     try:
-        hf_class = fill(tmp, folder, cfg, info, trained)
         move_in(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     return dest, hf_class
+
+
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def removed_on_signal(tmp: Path, dest: Path):
+    """SIGINT, SIGTERM, SIGHUP while the export is filled: the temporary folder goes, one line says
+    so, and the command exits 128+signum (what a shell or scheduler reads as "stopped by it"). The
+    handler ends the process itself (no exception travels through the libraries)."""
+    def stop(signum, frame):
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"deepen-export: stopped by {signal.Signals(signum).name}; nothing was written to {dest}",
+              file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():  # signal handlers: the main thread's only
+        yield
+        return
+    before = {s: signal.signal(s, stop) for s in STOPS}
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
 
 
 def move_in(tmp: Path, dest: Path) -> None:
@@ -100,6 +145,7 @@ def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
     trained.tokenizer.model_max_length = cfg.data.max_seq_length
     trained.tokenizer.save_pretrained(str(tmp))
     (tmp / "README.md").write_text(card.text(cfg, info, hf_class, why))
+    shared_mode(tmp)  # safetensors writes 0600; the export's weights are as readable as its other files
     # What this export wrote: a later export into the same folder replaces these files and no other.
     names = sorted(p.name for p in tmp.iterdir())
     (tmp / bundle.INFO).write_text(json.dumps(json.loads((tmp / bundle.INFO).read_text()) | {"files": names}, indent=1))

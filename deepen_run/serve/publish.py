@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from deepen_run.safe_fs import shared_mode
 from deepen_run.serve import bundle
 from deepen_run.tracking import models
 
@@ -99,6 +100,7 @@ def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int, name: str,
             from safetensors.torch import save_model
 
             save_model(model, str(folder / bundle.WEIGHTS))
+        shared_mode(folder)  # safetensors writes 0600: a model meant to be shared loads for another account
 
     return models.log_model(tracker, name, tags,
                             flatten(public), fill, total, dev_datasets(cfg, tasks, saver.root.parent))

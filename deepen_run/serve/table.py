@@ -78,8 +78,9 @@ def read_stdin(stream) -> list:
         raise UserError(f"stdin: byte {e.start} is not UTF-8; give UTF-8 text") from None
 
 
-def check_out(out: Optional[Path]) -> None:
-    """--out names a file that can be written: refused before the weights load, not after the model ran."""
+def check_out(out: Optional[Path], overwrite: bool = False) -> None:
+    """--out names a file that can be written: refused before the weights load, not after the model ran.
+    A file that exists is the user's: replaced only with --overwrite."""
     if out is None:
         return
     if out.is_dir():
@@ -87,6 +88,11 @@ def check_out(out: Optional[Path]) -> None:
     parent = next((p for p in out.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
         raise UserError(f"--out {out}: {parent} is a file, not a folder")
+    from deepen_run.safe_fs import unwritable
+
+    why = unwritable(out, "--out", overwrite)
+    if why:
+        raise UserError(why)
 
 
 def from_lines(lines: Iterable[str]) -> list:

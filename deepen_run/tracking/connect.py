@@ -128,7 +128,9 @@ def get_experiment_id(client: MlflowClient, uri: str, name: str) -> str:
     try:
         from deepen_run.tracking.ui import KIND  # the classic runs table, not MLflow 3's GenAI view
 
-        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None,
+        from deepen_run.safe_fs import path_part  # the name is text: ../../x must not leave mlartifacts/
+
+        return client.create_experiment(name, artifact_location=f"{root}/{path_part(name)}" if root else None,
                                         tags=dict([KIND]))
     except mlflow.exceptions.MlflowException:
         # Another process of the same sweep created it first.
