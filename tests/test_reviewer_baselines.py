@@ -108,6 +108,33 @@ def test_one_tasks_adapter_leaves_another_tasks_outputs_alone():
     assert all(p.requires_grad for p in model.lora_parameters())
 
 
+def test_the_saved_adapter_and_merged_backbone_load_with_peft_and_transformers(tmp_path):
+    import copy
+
+    from peft import PeftModel
+    from transformers import AutoModel
+
+    from deepen_run.methods.lora.export import write
+
+    cfg = make_cfg("backbone=tiny", "method=lora", "method.rank=4")
+    torch.manual_seed(0)
+    backbone = steps.load(cfg)[0]
+    base = copy.deepcopy(backbone).eval()
+    model = METHODS["lora"].build(backbone, cfg.method, get_tasks(["rte"])).eval()
+    with torch.no_grad():  # as training would move them: B away from 0
+        for p in model.lora_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    x = adapter.inputs(backbone, **token_batch())
+    model.activate("rte")
+    want = backbone(**x).last_hidden_state
+    write(model, tmp_path)
+    loaded = PeftModel.from_pretrained(base, str(tmp_path / "adapters" / "rte")).eval()
+    assert torch.allclose(loaded(**x).last_hidden_state, want, atol=1e-5)
+    merged = AutoModel.from_pretrained(tmp_path / "merged").eval()
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    assert torch.allclose(merged(**x).last_hidden_state, want, atol=1e-5)
+
+
 # Train only the copies (LLaMA Pro)
 
 @pytest.mark.parametrize("method", ["baseline", "lora", "scalar_mix"])

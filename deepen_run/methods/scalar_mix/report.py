@@ -1,7 +1,7 @@
 """What the scalar mix learned: its weights per task, read side by side with HIRE's importances.
 
   scalar_mix/weights.csv     softmax(s_t) per task (rows), one column per hidden state, and gamma_t
-  scalar_mix/weights.png     the same as HIRE's importance heatmap draws it (methods/hire/report.py,
+  scalar_mix/weights.png     the same as HIRE's importance heatmap draws it (deepen_run/methods/hire/report.py,
                              heatmap): tasks x backbone layers, labels "0" = embeddings, 3' = a copy of
                              layer 3, the colour scale fixed by the number of layers (white = uniform)
   metrics scalar_mix/<task>/layer_<j>, scalar_mix/<task>/gamma
