@@ -42,8 +42,10 @@ def record_weights(dwa, backbone, ctx) -> None:
     # In the original numbering, a copy of layer 3 as 3' (ALBERT: its depths).
     labels = surgery.hidden_state_labels(surgery.sources(backbone))
     rows = matrix(dwa)
-    ctx.tracker.log_csv([{"layer": labels[i + 1], **{f"from_{labels[j]}": round(x, 6) for j, x in enumerate(r[:i + 2])}}
-                         for i, r in enumerate(rows)], "dwa/weights.csv")
+    # Every row has every column (a CSV's header is one): empty where layer i cannot read layer j.
+    ctx.tracker.log_csv([{"layer": labels[i + 1], **{f"from_{labels[j]}": round(x, 6) if j < i + 2 else ""
+                                                     for j, x in enumerate(r)}} for i, r in enumerate(rows)],
+                        "dwa/weights.csv")
     fig = figure(rows, labels)
     ctx.tracker.log_figure(fig, "dwa/weights.png")
     plt.close(fig)
