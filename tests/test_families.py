@@ -14,7 +14,7 @@ from transformers import AutoModel, AutoTokenizer, RobertaConfig, RobertaModel
 from conftest import cli, make_cfg, runs_of
 from deepen_run.data.glue import get_tasks
 from deepen_run.errors import UserError
-from deepen_run.methods import METHODS
+from deepen_run.methods import FOLDERS, METHODS
 from deepen_run.model import adapter, probe, steps
 from deepen_run.model import backbone as bb
 from deepen_run.model.families import FAMILIES
@@ -60,17 +60,23 @@ def run_in_process(cfg, mlflow_uri):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ALL)
 def test_every_method_trains(family, mlflow_uri, glue_dir):
-    """baseline, HIRE and PALs finish 2 steps; HIRE again on a gated copy of layer 1 (not on ALBERT),
-    which starts as the pretrained function."""
-    arms = [["method=baseline"], ["method=hire"], ["method=pals"]]
+    """Every registered method finishes 2 steps (the scalar mix on DWA, backbone.dwa: one run for both
+    steps of issue #59); HIRE again on a gated copy of layer 1 (not on ALBERT), which starts as the
+    pretrained function, and LoRA on it with only the copies training (LLaMA Pro)."""
+    arms = [[f"method={m}", *(["backbone.dwa=true"] if m == "scalar_mix" else [])] for m in FOLDERS]
     if family in DISTINCT:
         arms.append(["method=hire", "backbone.duplicate_layers=[1]", "backbone.duplicate_init=gated"])
+        arms.append(["method=lora", "backbone.duplicate_layers=[1]", "backbone.duplicate_init=gated",
+                     "backbone.duplicate_train=copies"])
     for arm in arms:
         r = run_in_process(tiny(family, *arm, *SMALL, f"tracking.uri={mlflow_uri}"), mlflow_uri)
         assert r.info.status == "FINISHED", (family, arm)
         assert "eval/score" in r.data.metrics and r.data.metrics["params/backbone_new"] == 0
         if "backbone.duplicate_layers=[1]" in arm:
             assert r.data.metrics["duplicate/cosine_before_finetune"] >= 0.99999
+            if "backbone.duplicate_train=copies" in arm:
+                m = r.data.metrics
+                assert m["params/trainable"] == m["params/duplicated"] + m["params/method"] + m["params/heads"]
             assert r.data.metrics["model/num_layers"] == 3
 
 

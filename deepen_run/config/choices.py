@@ -94,3 +94,9 @@ class DuplicateInit(StrEnum):
     """backbone.duplicate_init: how a layer copy enters the stack (deepen_run/model/duplication.py)."""
     plain = "plain"
     gated = "gated"
+
+
+class DuplicateTrain(StrEnum):
+    """backbone.duplicate_train: what of a deepened backbone trains (deepen_run/model/duplication.py)."""
+    all = "all"
+    copies = "copies"

@@ -24,7 +24,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from deepen_run.config.choices import (Attention, DropoutMasks, DuplicateInit, OptimizerImpl, Precision, ScheduleKind,
+from deepen_run.config.choices import (Attention, DropoutMasks, DuplicateInit, DuplicateTrain, OptimizerImpl, Precision, ScheduleKind,
                                        Selection, Unpad)
 
 # The checkout (or install) root: conf/ and outputs/ live here, whatever Hydra's run dir is.
@@ -78,6 +78,8 @@ class BackboneConfig:
     duplicate_layers: 0-based layers to copy right after themselves before any method builds, e.g. [2,3] (twice = two copies)
     duplicate_init: how a copy enters: plain (its output, as the paper) | gated (h + g (copy(h) - h), g from 0: the same function at step 0)
     cosine_samples: dev examples per task for duplicate/cosine_before_finetune when layers are copied
+    duplicate_train: what trains of a deepened backbone: all (the paper) | copies (LLaMA Pro: only the copies, originals and embeddings frozen; heads and method weights train)
+    dwa: DenseFormer's depth-weighted average after every layer, initialised to the identity (the pretrained function at step 0)
     """
     name: str = MISSING
     path: str = MISSING
@@ -97,6 +99,8 @@ class BackboneConfig:
     # Backbone steps (deepen_run/model/steps.py) act on the loaded backbone before any method builds.
     duplicate_layers: list[int] = field(default_factory=list)
     duplicate_init: DuplicateInit = DuplicateInit.plain
+    duplicate_train: DuplicateTrain = DuplicateTrain.all
+    dwa: bool = False
     cosine_samples: int = 256  # a measurement before training, not part of it
 
 

@@ -40,7 +40,7 @@ from types import MappingProxyType, ModuleType
 
 from deepen_run.methods.contract import Output, hook  # noqa: F401 (the contract's pieces, for callers)
 
-FOLDERS = ("baseline", "hire", "pals")
+FOLDERS = ("baseline", "hire", "pals", "scalar_mix", "lora")
 # What the report compares every other row with.
 REFERENCE = "baseline"
 

@@ -215,6 +215,15 @@ def stand_in(backbone: nn.Module, module: nn.Module, like: nn.Module) -> nn.Modu
     return module
 
 
+def lora_targets(backbone: nn.Module) -> list[str]:
+    """Full names (as backbone.named_modules gives them) of the Linears method=lora adapts: the family's
+    `lora` modules inside the layer stack only (a pooler or MLM head is never adapted)."""
+    fam, stack = family_of(backbone), layers(backbone)
+    inside = {id(m) for m in stack.modules()}
+    return [n for n, m in backbone.named_modules() if isinstance(m, nn.Linear) and id(m) in inside
+            and n.rsplit(".", 1)[-1] in fam.lora]
+
+
 def mlm_prefixes(model_type: str) -> tuple:
     return family(model_type).mlm_prefixes
 

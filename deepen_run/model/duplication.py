@@ -14,6 +14,9 @@ encoder. An index listed twice gets two copies. `backbone.duplicate_init` says h
             block adds nothing to its residual stream (LLaMA Pro, ours); those zeroed weights are new
           the copies' other weights are pretrained ones (1x)
 A family whose layers share one set of weights (ALBERT) cannot copy a layer: refused in the pre-flight.
+`backbone.duplicate_train` says what trains: all (the paper: the whole deeper model) or copies (LLaMA Pro,
+Wu et al. 2024: the copies alone, with the gates, heads and method weights; the originals, embeddings
+and pooler stay frozen; deepen_run/model/steps.py, Added.frozen).
 
 Whenever layers were duplicated, record() logs `duplicate/cosine_before_finetune`: how far the
 copies moved the final hidden states before fine-tuning (deepen_run/model/probe.py's measure, on up to
@@ -43,6 +46,10 @@ def check(cfg) -> None:
 
         adapter.refuse_shared(model_type(b), "backbone.duplicate_layers")
         surgery.check_indices(list(b.duplicate_layers), depth(b), "backbone.duplicate_layers")
+    if str(b.get("duplicate_train", "all")) == "copies" and not b.duplicate_layers:
+        raise UserError("backbone.duplicate_train=copies trains only the layer copies, but "
+                        "backbone.duplicate_layers is empty; list the layers to copy, e.g. "
+                        "'backbone.duplicate_layers=[2,3]'")
 
 
 def _gated(layer: nn.Module, args, kwargs, output):
@@ -84,6 +91,10 @@ def apply(backbone, cfg) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
 def duplicated(backbone) -> bool:
     src = surgery.sources(backbone)
     return len(set(src)) < len(src)
+
+
+def after_train(backbone, ctx) -> None:
+    """Nothing: what the copies learned is in the run's scores and saved weights."""
 
 
 @torch.no_grad()

@@ -47,6 +47,8 @@ class Family:
         gets the LayerNorm that position has when the model is built, so a saved model reloads as itself
     token_linears: every Linear in a layer maps the tokens alone, position by position, so training may
         skip the padding (deepen_run/model/unpad.py); DeBERTa's also map its relative-position table
+    lora: the Linear modules of a layer that method=lora adapts (names as PEFT's target_modules match them):
+        the attention's query and value projections, as the LoRA paper (ModernBERT's are one fused Wqkv)
     tiny: extra / renamed config kwargs of a tiny random model of the family, from backbone.*
     drop: generic kwargs the family's config does not take
     """
@@ -63,6 +65,7 @@ class Family:
     mlm_prefixes: tuple = ()
     fresh_norm_on_copy: Optional[str] = None
     token_linears: bool = True
+    lora: tuple = ("query", "value")
     tiny: Callable[[object], dict] = field(default=lambda b: {})
     drop: tuple = ()
 
@@ -97,14 +100,14 @@ FAMILIES = MappingProxyType({
     "electra": Family(layers="encoder.layer", mlm_prefixes=("generator_lm_head.",),
                       tiny=lambda b: dict(embedding_size=b.hidden_size)),
     "deberta-v2": Family(layers="encoder.layer", mlm_prefixes=("lm_predictions.", "cls.predictions."),
-                         token_linears=False, tiny=_deberta_v3),
+                         token_linears=False, lora=("query_proj", "value_proj"), tiny=_deberta_v3),
     "distilbert": Family(layers="transformer.layer", pal=PalEntry("output_layer_norm", 0, "input"),
-                         token_types=False, mlm_prefixes=("vocab_projector.", "vocab_transform."),
+                         token_types=False, mlm_prefixes=("vocab_projector.", "vocab_transform."), lora=("q_lin", "v_lin"),
                          tiny=lambda b: dict(hidden_dim=b.intermediate_size), drop=("type_vocab_size",)),
     "modernbert": Family(layers="layers", pre_ln=True, pal=None, zero_for_identity=("attn.Wo", "mlp.Wo"),
                          token_types=False, pooling="config:classifier_pooling", above=("final_norm.",),
                          final_norm="final_norm", layer_attrs=("attention_type",), mlm_prefixes=("head.", "decoder."),
-                         fresh_norm_on_copy="attn_norm", tiny=_modernbert, drop=("type_vocab_size",)),
+                         fresh_norm_on_copy="attn_norm", lora=("Wqkv",), tiny=_modernbert, drop=("type_vocab_size",)),
     "albert": Family(layers="encoder.albert_layer_groups.0.albert_layers", pal=PalEntry("full_layer_layer_norm", 0, "input"),
                      pooling="pooler", shared_layers=True, mlm_prefixes=("predictions.",),
                      tiny=lambda b: dict(embedding_size=b.hidden_size)),

@@ -178,6 +178,7 @@ def final_record(r: Recipe, last: tuple[dict, Evaluation] | None, t0: float) -> 
         r.accelerator.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()) +
                             f"; {submission.ZIP}: {submission.missing_line(rows)}")
     # after_train's context is built with the final evaluation it reads (the run's own stays as set up)
+    backbone_steps.after_train(r.accelerator.unwrap_model(r.model).backbone, r.ctx)  # e.g. DWA's weights (#59)
     hook(r.method, "after_train")(r.accelerator.unwrap_model(r.model), replace(r.ctx, evaluation=ev))
     phase("recorded")
     return final

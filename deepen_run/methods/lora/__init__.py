@@ -1,0 +1,1 @@
+"""method=lora (deepen_run/methods/__init__.py says what a method's folder holds)."""
