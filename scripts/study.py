@@ -152,13 +152,15 @@ def lr_rule(out: Path, uri: str, sweeps: dict, st: dict = STUDIES["floor"]) -> d
     scores = []
     for row in table["rows"]:
         method, single = row["method"], row["setup"] == "single-task"
-        if (method == "pals") == single:
-            continue  # PALs' rule from multi-task rows, the others' from single-task rows
         tasks = list(row["per_seed"])
         avg = sum(v for t in tasks for v in row["per_seed"][t].values()) / sum(len(row["per_seed"][t]) for t in tasks)
         scale = float(row["config"]["train.new_params_lr_scale"])
-        scores.append({"method": method, "scale": scale, "avg": avg, "per_seed": row["per_seed"]})
-        if method not in best or avg > best[method][1]:
+        # PALs' rule from multi-task rows, the others' from single-task rows; every score is written
+        # (the multi-task baseline's too: the rule does not read it, a reader comparing with PALs does).
+        used = (method == "pals") != single
+        scores.append({"method": method, "setup": row["setup"], "scale": scale, "avg": avg, "per_seed": row["per_seed"],
+                       "in_rule": used})
+        if used and (method not in best or avg > best[method][1]):
             best[method] = (scale, avg)
     rule = {m: s for m, (s, _) in best.items()}
     scales = sorted({x["scale"] for x in scores})
