@@ -1,0 +1,80 @@
+"""deepen-report --plan (deepen_run/report/plan.py): Study III read by the plan it was designed with
+(docs/plans/s3.yaml: Holm over all 15 readings, 10993d0), from its published job files alone; an
+edited copy of the plan is reported as changed, with its diff, and its changed member as post hoc."""
+import pytest
+
+from deepen_run.config.schema import ROOT
+from deepen_run.report import main as report
+from deepen_run.report.contrasts import sign_flip
+
+PLAN = ROOT / "docs" / "plans" / "s3.yaml"
+JOBS = ROOT / "docs" / "results" / "s3" / "jobs"
+PARTS = ("s3_multi_a", "s3_multi_b", "s3_multi_c", "s3_hire_a", "s3_hire_b", "s3_hire_c")
+
+
+def files() -> list[str]:
+    return [x for p in PARTS for f in sorted((JOBS / p).glob("*.csv")) for x in ("--from-csv", str(f))]
+
+
+def family(out: str) -> dict[tuple[str, str], list[str]]:
+    """(member, task) -> the planned family table's cells."""
+    rows = [ln.strip("|").split(" | ") for ln in out.splitlines() if ln.startswith("| C")]
+    return {(r[0].strip(), r[3]): [c.strip() for c in r] for r in rows}
+
+
+def test_study3_by_its_design_time_plan(capsys):
+    report.main(["--plan", str(PLAN), *files()])
+    out = capsys.readouterr().out
+    assert out.startswith(f"Plan: {PLAN} (Study III), sha256 ")
+    assert "the runs recorded this plan (80 job files): read as designed" in out
+    assert "Holm over the 15 readings of the family" in out
+    fam = family(out)
+    assert len(fam) == 15 and {m for m, _ in fam} == {"C1", "C2", "C3", "C4", "C5"}
+    holding = {k for k, r in fam.items() if r[10] == "holds"}
+    assert {m for m, t in holding if t == "avg"} == {"C3", "C5"}  # 2 of 5, not the 4 of the narrowed family
+    assert "Members with a reading that holds: C3, C5 (2 of 5)." in out
+    # The design-time Holm: C1's avg p 0.022 x its rank's multiplier, as docs/results.md quotes it.
+    assert fam[("C1", "avg")][6:9] == ["0.022", "0.031", "0.17"]
+    assert all(r[11] == "as planned" for r in fam.values())
+
+
+def test_a_changed_contrast_is_reported_first_with_its_diff_and_labelled_post_hoc(tmp_path, capsys):
+    edited = tmp_path / "s3.yaml"
+    text = PLAN.read_text()
+    edited.write_text(text.replace("b: variant=low_rank", "b: method=baseline setup=multi\n    # C4 aimed at the baseline"))
+    assert edited.read_text() != text
+    report.main(["--plan", str(edited), *files()])
+    out = capsys.readouterr().out
+    assert out.startswith("**The plan changed after its runs recorded it.**")
+    assert "member C4 changed" in out and "-    b: variant=low_rank" in out and "+    b: method=baseline setup=multi" in out
+    fam = family(out)
+    assert {m for (m, _), r in fam.items() if r[11] == "post hoc"} == {"C4"}
+    assert all(r[11] == "as planned" for (m, _), r in fam.items() if m != "C4")
+    # A change to the adjustment changes every reading's test: every member is post hoc.
+    edited.write_text(text.replace("over: readings", "over: avg"))
+    report.main(["--plan", str(edited), *files()])
+    out = capsys.readouterr().out
+    assert "adjustment changed" in out and "Holm over the 5 readings of the family" in out
+    assert {r[11] for r in family(out).values()} == {"post hoc"}
+
+
+def test_the_sign_flip_test_is_exact():
+    assert sign_flip([1.0, 2.0, 0.5, 3.0, 1.5, 2.5]) == pytest.approx(2 / 64)  # all positive: its floor at n = 6
+    assert sign_flip([1.0] * 5 + [2.0] * 6) == pytest.approx(2 / 2 ** 11)
+    # [1, -1, 2], sum 2: the 8 sign choices give sums 2, 4, 0, 2, -2, 0, -4, -2; |sum| >= 2 in 6 of 8.
+    assert sign_flip([1.0, -1.0, 2.0]) == pytest.approx(6 / 8)
+    assert sign_flip([1.0]) is None and sign_flip([0.0, 0.0]) is None
+
+
+def test_bad_plans_name_the_culprit(tmp_path, capsys):
+    bad = tmp_path / "p.yaml"
+    for text, line in ((PLAN.read_text().replace("decide: t ", "decide: z "), "test.decide must be one of t, exact, both"),
+                       ("name: x\n", "no 'alpha'"),
+                       (PLAN.read_text().replace("    n: 11\n", ""), "family member C5: needs n")):
+        bad.write_text(text)
+        with pytest.raises(SystemExit) as e:
+            report.main(["--plan", str(bad), *files()])
+        assert e.value.code == 2 and line in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        report.main(["--plan", str(PLAN), "--contrast", "1:2", *files()])
+    assert e.value.code == 2 and "--plan names the contrasts and their adjustment: drop --contrast" in capsys.readouterr().err
