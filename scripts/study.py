@@ -22,7 +22,13 @@ hire_b, hire_c, explore (`make study-s3 PART=<name>`), in outputs/study-s3/; its
 confirmatory family alone under Holm (--only-contrasts), the exploratory contrasts in their own
 table (--secondary) and each member's achieved power (--power). --cost prints each part's jobs and
 estimated minutes. --part family runs nothing: it reports the confirmatory family alone (the five
-contrasts over the parts they read, no exploratory row) and publishes family_report.md.
+contrasts over the parts they read, no exploratory row) and publishes family_report.md. --part design
+--command prints the report of Study III by its design-time plan (docs/plans/s3.yaml: Holm over all
+15 readings, as designed in 10993d0; deepen-report --plan).
+
+--study s4: Study IV, planned in docs/plans/s4.yaml before its first job (`make study-s4 PART=<part>`,
+parts pilot, hire_a, hire_b, capacity, dup_a, dup_b, multi, sched_a, sched_b; PART=family reads it by
+its plan). --updates prints each multi-task schedule's expected updates per task.
 """
 from __future__ import annotations
 
@@ -127,6 +133,7 @@ STUDIES = {
     "floor": {"parts": PARTS, "primary": PRIMARY, "experiment": "study-floor", "baseline": BASELINE,
               "first": "floor_base"},
     "s3": {"parts": S3_PARTS, "primary": list(S3_PARTS), "experiment": "study-s3", "baseline": None, "first": None,
+           "design_plan": ROOT / "docs" / "plans" / "s3.yaml",
            "family": S3_FAMILY, "secondary": S3_SECONDARY},
 }
 # Cost model (docs/study.md): seconds per training step on 2 idle cores, evaluation and loading
@@ -221,13 +228,13 @@ def steps_rule(out: Path, uri: str, sweeps: dict, st: dict) -> dict:
 
 
 def report_command(uri: str, ids: list[str], contrasts: list[str], own: bool = False,
-                   st: dict = STUDIES["floor"], secondary: tuple = ()) -> list[str]:
+                   st: dict = STUDIES["floor"], secondary: tuple = (), plan: Path | None = None) -> list[str]:
     store, which = sources(uri, "study" if own else st["experiment"], ids)
     cmd = ["deepen-report", *store] + \
         (["--tasks", "sst2,stsb"] if own else ["--baseline", st["baseline"]] if st["baseline"] else [])
     cmd += which + [x for c in contrasts for x in ("--contrast", c)]
-    if st.get("plan"):  # a planned study: the plan names the family, its tests and its adjustment
-        return cmd + ["--plan", str(st["plan"])]
+    if st.get("plan") or plan:  # a planned study: the plan names the family, its tests and its adjustment
+        return cmd + ["--plan", str(plan or st["plan"])]
     if st is STUDIES["s3"]:  # the confirmatory family alone under Holm; the rest in their own table
         family = [c for c in contrasts if c in st["family"]]
         cmd += (["--only-contrasts"] if contrasts else []) + [x for c in secondary for x in ("--secondary", c)]
@@ -249,6 +256,9 @@ def report(uri: str, out: Path, ids: list[str], contrasts: list[str], own: bool 
 def what_to_report(name: str, sweeps: dict, st: dict = STUDIES["floor"]) -> tuple[list[str], list[str], bool, list]:
     """(sweep ids, contrasts, own, secondary) of a part's report; name "all": every primary row and contrast."""
     parts = st["parts"]
+    if name == "design":  # Study III by its design-time plan: the family's parts, read by docs/plans/s3.yaml
+        ids, _, _, _ = what_to_report("family", sweeps, st)
+        return ids, [], False, []
     if name == "family" and st.get("plan"):  # every part but the pilot: the plan picks its rows
         presets = [p for n in st["primary"] if n != "pilot" for p in parts[n]["presets"]]
         contrasts, own, secondary = [], False, []
@@ -447,7 +457,9 @@ def main() -> None:
         return
     st = STUDIES[a.study]
     family = a.part == "family" and ("family" in st or "plan" in st)  # a report, not a part to run
-    if a.part and a.part not in st["parts"] and not family:
+    if a.part == "design" and not (st.get("design_plan") and a.command):
+        p.error("--part design is Study III's report by its design-time plan: use it with --study s3 --command")
+    if a.part and a.part not in st["parts"] and not family and a.part != "design":
         p.error(f"--part {a.part}: study {a.study} has the parts {', '.join(st['parts'])}"
                 + (" (and the report-only family)" if "family" in st else ""))
     if a.updates:
@@ -474,7 +486,8 @@ def main() -> None:
         sweeps |= {p: files for p, files in done.items() if files}
     if a.command:  # the report's deepen-report command with this study's sweep ids, to run by hand
         ids, contrasts, own, secondary = what_to_report(a.part or "all", sweeps, st)
-        cmd = report_command(a.uri, ids, contrasts, own, st, secondary)
+        design = st.get("design_plan") if a.part == "design" else None
+        cmd = report_command(a.uri, ids, contrasts, own, st, secondary, design)
         if cmd[1] == "--uri" and a.uri == p.get_default("uri"):
             cmd[1:3] = []  # deepen-report's default store is this one
         print(shlex.join(x.removeprefix(f"{ROOT}/") for x in cmd))  # published files: relative to the repo
