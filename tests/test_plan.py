@@ -18,7 +18,8 @@ def files() -> list[str]:
 
 def family(out: str) -> dict[tuple[str, str], list[str]]:
     """(member, task) -> the planned family table's cells."""
-    rows = [ln.strip("|").split(" | ") for ln in out.splitlines() if ln.startswith("| C")]
+    rows = [ln.strip("|").split(" | ") for ln in out.splitlines()
+            if ln.startswith("| ") and ln.count("|") == 13 and not ln.startswith("| member")]
     return {(r[0].strip(), r[3]): [c.strip() for c in r] for r in rows}
 
 
@@ -78,3 +79,83 @@ def test_bad_plans_name_the_culprit(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         report.main(["--plan", str(PLAN), "--contrast", "1:2", *files()])
     assert e.value.code == 2 and "--plan names the contrasts and their adjustment: drop --contrast" in capsys.readouterr().err
+
+
+def test_results_page_leads_with_the_design_and_prints_it_from_the_job_files(capsys):
+    """docs/results.md's Study III table by its design is printed by the page's command, line for line."""
+    import re
+    import shlex
+    import subprocess
+    import sys
+
+    doc = (ROOT / "docs" / "results.md").read_text()
+    s3 = doc[doc.index("## Study III"):doc.index("## The floor study")]
+    assert s3.index("as designed: 2 of 5 hold") < s3.index("chosen after the results")
+    assert 'eval "$(python scripts/study.py --study s3 --part design --command)"' in s3
+    line = subprocess.run([sys.executable, "scripts/study.py", "--study", "s3", "--part", "design", "--command"],
+                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    argv = shlex.split(line)
+    assert argv[0] == "deepen-report" and argv[argv.index("--plan") + 1] == "docs/plans/s3.yaml"
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        report.main(argv[1:])
+    finally:
+        os.chdir(cwd)
+    printed = set(capsys.readouterr().out.splitlines())
+    planned = [ln for ln in s3.splitlines() if re.match(r"\| (C[1-5]|E\d) \| \d+ \| \d+ \|", ln)]
+    assert len(planned) == 15 + 3 and [ln for ln in planned if ln not in printed] == []
+    # The overclaims the audit listed are gone from the page and the README's Results.
+    readme = (ROOT / "README.md").read_text()
+    results = readme[readme.index("## Results"):readme.index("## Where to read more")]
+    for text in (s3, results):
+        assert "Four hold" not in text and "Four of the five hold" not in text
+        assert "annealing mitigates" not in text.replace("not that annealing mitigates", "")
+        assert "Holm rejects C3, C5 and C2 first" not in text
+
+
+def test_a_studys_jobs_record_its_plan_and_a_later_edit_is_post_hoc(tmp_path, capsys):
+    """scripts/study_jobs.py with a plan (a researcher's own study, here of one seed): each job file
+    gets the plan's sha in a `plan` column and the plan's text is kept beside the jobs; the report
+    given the same plan reads it as designed, an edited one says so first and labels the member post
+    hoc. The jobs' values are Study III's published ones (the sweep itself is not what is tested)."""
+    import json
+    import shutil
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import study_jobs
+
+    from deepen_run.report.plan import sha
+
+    plan = tmp_path / "mine.yaml"
+    plan.write_text("name: mine\nalpha: 0.05\ntest: {decide: exact}\nadjustment: {method: holm, over: readings}\n"
+                    "readings: [sst2, stsb]\nfamily:\n  H:\n    a: extractor=true\n    b: extractor=false\n    n: 1\n")
+
+    def sh(cmd, env=None, capture=False):  # the sweep's and the report's effects, from the published files
+        if "--seeds-csv" in cmd:
+            out = cmd[cmd.index("--seeds-csv") + 1]
+            shutil.copy(JOBS / "s3_hire_c" / out.split("/")[-1].replace(".partial", ""), out)
+        else:
+            sweep_dir = next(c.split("=", 1)[1] for c in cmd if c.startswith("hydra.sweep.dir="))
+            (tmp_path / sweep_dir).mkdir(parents=True, exist_ok=True)
+            (tmp_path / sweep_dir / "deepen_sweep.json").write_text(json.dumps({"sweep_id": "x"}))
+        return ""
+
+    files = study_jobs.run_preset("s3_hire_c", out=tmp_path / "out", pub=tmp_path / "pub", uri="sqlite:///x.db",
+                                  experiment="mine", extra=[], env={}, sh=sh, bin_dir=tmp_path, smoke=True,
+                                  plan=plan)
+    assert len(files) == 4 and (tmp_path / "pub" / "jobs" / f"plan-{sha(plan.read_text())}.yaml").is_file()
+    assert all(f"plan\n" in open(f).readline() or open(f).readline().rstrip().endswith(",plan") for f in files)
+    argv = [x for f in files for x in ("--from-csv", f)]
+    report.main(["--plan", str(plan), *argv])
+    out = capsys.readouterr().out
+    assert "the runs recorded this plan (4 job files): read as designed" in out
+    assert {r[11] for r in family(out).values()} == {"as planned"}
+    plan.write_text(plan.read_text().replace("b: extractor=false", "b: gru_layers=4"))
+    report.main(["--plan", str(plan), *argv])
+    out = capsys.readouterr().out
+    assert out.startswith("**The plan changed after its runs recorded it.**") and "member H changed" in out
+    assert {r[11] for r in family(out).values()} == {"post hoc"}
