@@ -148,7 +148,7 @@ def test_a_studys_jobs_record_its_plan_and_a_later_edit_is_post_hoc(tmp_path, ca
                                   experiment="mine", extra=[], env={}, sh=sh, bin_dir=tmp_path, smoke=True,
                                   plan=plan)
     assert len(files) == 4 and (tmp_path / "pub" / "jobs" / f"plan-{sha(plan.read_text())}.yaml").is_file()
-    assert all(f"plan\n" in open(f).readline() or open(f).readline().rstrip().endswith(",plan") for f in files)
+    assert all(open(f).readline().rstrip().endswith(",plan") for f in files)  # the column, last
     argv = [x for f in files for x in ("--from-csv", f)]
     report.main(["--plan", str(plan), *argv])
     out = capsys.readouterr().out
@@ -159,3 +159,56 @@ def test_a_studys_jobs_record_its_plan_and_a_later_edit_is_post_hoc(tmp_path, ca
     out = capsys.readouterr().out
     assert out.startswith("**The plan changed after its runs recorded it.**") and "member H changed" in out
     assert {r[11] for r in family(out).values()} == {"post hoc"}
+
+
+def test_study4s_plan_is_sized_from_study3s_paired_sds_and_its_parts_run_its_seeds():
+    """docs/plans/s4.yaml: n = 8 and the MDEs it states, from Study III's measured paired sds (its
+    published family report's power table); the presets run exactly the planned seeds (the pilot seed
+    200 in none of them); study.py's Study IV parts cover every s4 preset."""
+    import importlib.util
+    import re
+
+    import yaml
+
+    from deepen_run.report.plan import load
+    from deepen_run.report.power import mde, n_for
+
+    plan, text = load(ROOT / "docs" / "plans" / "s4.yaml")
+    assert len(plan["family"]) == 7 and plan["adjustment"]["over"] == "avg"
+    assert {m["n"] for m in plan["family"].values()} == {8}
+    assert {tuple(m["seeds"]) for m in plan["family"].values()} == {tuple(range(201, 209))}
+    power = (ROOT / "docs" / "results" / "s3" / "family_report.md").read_text()
+    sd = {(a, b): float(cells[5]) for ln in power.splitlines() if " | avg | " in ln and ln.count("|") == 10
+          for cells in [ln.strip("|").split(" | ")] for a, b in [(cells[0].strip(), cells[1])]}
+    single, multi, sched = sd[("7", "8")], max(sd[("1", "2")], sd[("1", "5")], sd[("1", "6")]), sd[("1", "3")]
+    assert (single, multi, sched) == (0.78, 0.83, 4.33)
+    alpha = 0.05 / 7
+    assert [n_for(s, 1.0, alpha) for s in (single, multi, sched)] == [11, 12, 238]
+    assert [round(float(mde(s, 8, alpha)), 2) for s in (single, multi, sched)] == [1.28, 1.36, 7.12]
+    assert "n = 11 (single-task), 12 (multi-task), 238" in text and "MDE 1.28 single-task, 1.36 multi-task, 7.12" in text
+    presets = {p.stem: yaml.safe_load(p.read_text()) for p in (ROOT / "conf" / "study").glob("s4_*.yaml")}
+    seeds = {name: {int(s) for s in str(p["hydra"]["sweeper"]["params"]["seed"]).split(",")} for name, p in presets.items()}
+    assert all(s == {200} for n, s in seeds.items() if "pilot" in n)
+    runs = [s for n, s in seeds.items() if "pilot" not in n]
+    assert set().union(*runs) == set(range(201, 209))
+    spec = importlib.util.spec_from_file_location("study", ROOT / "scripts" / "study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    assert {p for part in study.STUDIES["s4"]["parts"].values() for p in part["presets"]} == set(presets)
+    assert study.STUDIES["s4"]["plan"] == ROOT / "docs" / "plans" / "s4.yaml"
+    assert re.search(r"1,400 for F7", text)
+
+
+def test_study4s_plan_is_older_than_every_study4_job_file():
+    import subprocess
+
+    def added(path: str) -> list[int]:
+        out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%ct", "--", path], cwd=ROOT,
+                             capture_output=True, text=True).stdout.split()
+        return [int(t) for t in out]
+
+    plan = added("docs/plans/s4.yaml")
+    if not plan:
+        pytest.skip("no git history here (an exported tree)")
+    jobs = added("docs/results/s4/jobs")
+    assert all(t >= min(plan) for t in jobs)
