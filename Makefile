@@ -7,7 +7,7 @@ export DEEPEN_GLUE_DIR ?= $(GLUE)
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: install test test-fast demo sweep ui bench lint clean clean-all study study-s3 study-ablations
+.PHONY: install test test-fast demo sweep ui bench lint clean clean-all study study-s3 study-s4 study-ablations
 
 $(BIN)/deepen-run: pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -74,6 +74,13 @@ study: install
 # docs/results/s3/jobs/ (commit it): a later session runs only the rest. Cost: docs/study.md.
 study-s3: install
 	$(BIN)/python scripts/study.py --study s3 $(if $(PART),--part $(PART)) $(STUDY_ARGS)
+
+# Study IV (docs/plans/s4.yaml, its plan, committed before its first job; conf/study/s4_*.yaml):
+# PART=pilot first, then hire_a, hire_b, capacity, dup_a, dup_b, multi, sched_a, sched_b (each at most
+# 90 min on 2 idle cores, resuming job by job; each job file records the plan's sha); PART=family
+# runs nothing and reads the study by its plan (deepen-report --plan).
+study-s4: install
+	$(BIN)/python scripts/study.py --study s4 $(if $(PART),--part $(PART)) $(STUDY_ARGS)
 
 # The older ablation presets (abl_*), one sweep each; the report covers exactly these sweeps.
 study-ablations: install

@@ -22,7 +22,13 @@ hire_b, hire_c, explore (`make study-s3 PART=<name>`), in outputs/study-s3/; its
 confirmatory family alone under Holm (--only-contrasts), the exploratory contrasts in their own
 table (--secondary) and each member's achieved power (--power). --cost prints each part's jobs and
 estimated minutes. --part family runs nothing: it reports the confirmatory family alone (the five
-contrasts over the parts they read, no exploratory row) and publishes family_report.md.
+contrasts over the parts they read, no exploratory row) and publishes family_report.md. --part design
+--command prints the report of Study III by its design-time plan (docs/plans/s3.yaml: Holm over all
+15 readings, as designed in 10993d0; deepen-report --plan).
+
+--study s4: Study IV, planned in docs/plans/s4.yaml before its first job (`make study-s4 PART=<part>`,
+parts pilot, hire_a, hire_b, capacity, dup_a, dup_b, multi, sched_a, sched_b; PART=family reads it by
+its plan). --updates prints each multi-task schedule's expected updates per task.
 """
 from __future__ import annotations
 
@@ -72,7 +78,22 @@ PARTS: dict[str, dict] = {
     "ablations": {"presets": ["abl_hire", "abl_duplicate", "abl_lr"], "contrasts": [], "own": True},
 }
 PRIMARY = ["pilot", "base", "hire", "dup", "multi"]
-LR_ENV = {"baseline": "DEEPEN_STUDY_LR_BASELINE", "hire": "DEEPEN_STUDY_LR_HIRE", "pals": "DEEPEN_STUDY_LR_PALS"}
+LR_ENV = {"baseline": "DEEPEN_STUDY_LR_BASELINE", "hire": "DEEPEN_STUDY_LR_HIRE", "pals": "DEEPEN_STUDY_LR_PALS",
+          # Study IV's new arms, each at its own pilot's scale (the capacity control too: C5 reused HIRE's)
+          "scalar_mix": "DEEPEN_STUDY_LR_SCALAR_MIX", "lora": "DEEPEN_STUDY_LR_LORA", "capacity": "DEEPEN_STUDY_LR_CAPACITY",
+          "copies": "DEEPEN_STUDY_LR_COPIES", "dwa": "DEEPEN_STUDY_LR_DWA"}
+
+
+def rule_key(row: dict) -> str:
+    """The learning-rate rule an arm of a pilot row belongs to: its method, or Study IV's own arms."""
+    cfg = row["config"]
+    if row["method"] == "hire" and str(cfg.get("method.extractor")).lower() == "false":
+        return "capacity"
+    if str(cfg.get("backbone.duplicate_train")).lower() == "copies":
+        return "copies"
+    if str(cfg.get("backbone.dwa")).lower() == "true":
+        return "dwa"
+    return row["method"]
 
 # Study III (docs/study.md, "Study III"): its confirmatory family (Holm over these 5 alone, on the
 # average of SST-2 and STS-B), its secondary (exploratory) contrasts, and its parts (each <= 90 min).
@@ -94,10 +115,25 @@ S3_PARTS: dict[str, dict] = {
     "explore": {"presets": ["s3_explore", "s3_matched"], "needs": ["s3_multi_a", "s3_hire_a", "s3_hire_b", "s3_hire_c"],
                 "secondary": S3_SECONDARY},
 }
+# Study IV (docs/plans/s4.yaml, written and committed before its first job; docs/study.md "Study IV"):
+# its family and exploratory contrasts are the plan's, read by deepen-report --plan; each job file
+# records the plan's sha. Parts of at most 90 minutes on 2 idle cores, each resuming job by job.
+S4_PLAN = ROOT / "docs" / "plans" / "s4.yaml"
+S4_PARTS: dict[str, dict] = {
+    "pilot": {"presets": ["s4_pilot_lr", "s4_pilot_lr_multi"]},
+    **{f"hire_{x}": {"presets": [f"s4_hire_{x}"]} for x in "ab"},
+    "capacity": {"presets": ["s4_capacity"]},
+    **{f"dup_{x}": {"presets": [f"s4_dup_{x}"]} for x in "ab"},
+    "multi": {"presets": ["s4_multi"]},
+    **{f"sched_{x}": {"presets": [f"s4_sched_{x}"]} for x in "ab"},
+}
 STUDIES = {
+    "s4": {"parts": S4_PARTS, "primary": list(S4_PARTS), "experiment": "study-s4", "baseline": None, "first": None,
+           "plan": S4_PLAN, "inherit_rule": ROOT / "docs" / "results" / "s3" / "lr_rule.json"},
     "floor": {"parts": PARTS, "primary": PRIMARY, "experiment": "study-floor", "baseline": BASELINE,
               "first": "floor_base"},
     "s3": {"parts": S3_PARTS, "primary": list(S3_PARTS), "experiment": "study-s3", "baseline": None, "first": None,
+           "design_plan": ROOT / "docs" / "plans" / "s3.yaml",
            "family": S3_FAMILY, "secondary": S3_SECONDARY},
 }
 # Cost model (docs/study.md): seconds per training step on 2 idle cores, evaluation and loading
@@ -151,14 +187,16 @@ def lr_rule(out: Path, uri: str, sweeps: dict, st: dict = STUDIES["floor"]) -> d
     best: dict[str, tuple[float, float]] = {}
     scores = []
     for row in table["rows"]:
-        method, single = row["method"], row["setup"] == "single-task"
-        if (method == "pals") == single:
-            continue  # PALs' rule from multi-task rows, the others' from single-task rows
+        method, single = rule_key(row), row["setup"] == "single-task"
         tasks = list(row["per_seed"])
         avg = sum(v for t in tasks for v in row["per_seed"][t].values()) / sum(len(row["per_seed"][t]) for t in tasks)
         scale = float(row["config"]["train.new_params_lr_scale"])
-        scores.append({"method": method, "scale": scale, "avg": avg, "per_seed": row["per_seed"]})
-        if method not in best or avg > best[method][1]:
+        # PALs' rule from multi-task rows, the others' from single-task rows; every score is written
+        # (the multi-task baseline's too: the rule does not read it, a reader comparing with PALs does).
+        used = (method in ("pals", "lora")) != single
+        scores.append({"method": method, "setup": row["setup"], "scale": scale, "avg": avg, "per_seed": row["per_seed"],
+                       "in_rule": used})
+        if used and (method not in best or avg > best[method][1]):
             best[method] = (scale, avg)
     rule = {m: s for m, (s, _) in best.items()}
     scales = sorted({x["scale"] for x in scores})
@@ -190,11 +228,13 @@ def steps_rule(out: Path, uri: str, sweeps: dict, st: dict) -> dict:
 
 
 def report_command(uri: str, ids: list[str], contrasts: list[str], own: bool = False,
-                   st: dict = STUDIES["floor"], secondary: tuple = ()) -> list[str]:
+                   st: dict = STUDIES["floor"], secondary: tuple = (), plan: Path | None = None) -> list[str]:
     store, which = sources(uri, "study" if own else st["experiment"], ids)
     cmd = ["deepen-report", *store] + \
         (["--tasks", "sst2,stsb"] if own else ["--baseline", st["baseline"]] if st["baseline"] else [])
     cmd += which + [x for c in contrasts for x in ("--contrast", c)]
+    if st.get("plan") or plan:  # a planned study: the plan names the family, its tests and its adjustment
+        return cmd + ["--plan", str(plan or st["plan"])]
     if st is STUDIES["s3"]:  # the confirmatory family alone under Holm; the rest in their own table
         family = [c for c in contrasts if c in st["family"]]
         cmd += (["--only-contrasts"] if contrasts else []) + [x for c in secondary for x in ("--secondary", c)]
@@ -216,7 +256,13 @@ def report(uri: str, out: Path, ids: list[str], contrasts: list[str], own: bool 
 def what_to_report(name: str, sweeps: dict, st: dict = STUDIES["floor"]) -> tuple[list[str], list[str], bool, list]:
     """(sweep ids, contrasts, own, secondary) of a part's report; name "all": every primary row and contrast."""
     parts = st["parts"]
-    if name == "family":  # the confirmatory family alone: the parts its members read, no exploratory row
+    if name == "design":  # Study III by its design-time plan: the family's parts, read by docs/plans/s3.yaml
+        ids, _, _, _ = what_to_report("family", sweeps, st)
+        return ids, [], False, []
+    if name == "family" and st.get("plan"):  # every part but the pilot: the plan picks its rows
+        presets = [p for n in st["primary"] if n != "pilot" for p in parts[n]["presets"]]
+        contrasts, own, secondary = [], False, []
+    elif name == "family":  # the confirmatory family alone: the parts its members read, no exploratory row
         names = [n for n in st["primary"] if set(parts[n].get("contrasts", [])) & set(st.get("family", []))]
         presets = list(dict.fromkeys(p for n in names for p in parts[n].get("needs", []) + parts[n]["presets"]))
         contrasts, own, secondary = list(st["family"]), False, []
@@ -281,6 +327,37 @@ def cost_table(study: str) -> list[dict]:
                 for name, js in jobs.items()]
 
 
+def expected_updates(study: str) -> list[dict]:
+    """Per multi-task schedule of the study's presets: each task's expected updates (the sum over steps
+    of its sampling probability, with the sampler the runs use) and the passes over its training set
+    they make. Study III's C2 compared schedules that gave STS-B very different numbers of updates."""
+    from deepen_run.data.loaders import train_size
+    from deepen_run.data.sampling import TaskSampler, epoch_length, total_steps
+    from deepen_run.sweep.check import composer
+
+    out, seen = [], set()
+    jobs = [j for part in STUDIES[study]["parts"].values() for p in part["presets"] for j in study_jobs.sweep_jobs(p)]
+    with study_jobs.conf_dir():
+        compose = composer("config")
+        for job in jobs:
+            cfg = compose(list(job))
+            t = cfg.train
+            key = (cfg.schedule.name, t.max_steps, t.steps_per_task)
+            if len(cfg.task.names) < 2 or key in seen:
+                continue
+            seen.add(key)
+            sizes = {n: train_size(train_rows(cfg.data.glue_dir, n), cfg.data.train_fraction,
+                                   cfg.data.max_train_samples) for n in cfg.task.names}
+            per_pass = sum(math.ceil(n / t.batch_size) for n in sizes.values())
+            total = total_steps(t, len(sizes), per_pass)
+            sampler = TaskSampler(cfg.schedule, sizes, epoch_length(t, len(sizes), per_pass), total, 0)
+            for task, n in sizes.items():
+                ups = sum(sampler.probs(sampler.epoch_of(i))[task] for i in range(total))
+                out.append({"schedule": cfg.schedule.name, "steps": total, "task": task, "examples": n,
+                            "updates": ups, "passes": ups / math.ceil(n / t.batch_size)})
+    return out
+
+
 def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
     st = STUDIES[a.study]
     part, t0 = st["parts"][name], time.time()
@@ -291,16 +368,20 @@ def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
             rule_file = a.publish / "lr_rule.json"  # the pilot ran in an earlier session: its published rule
         if not rule_file.is_file():
             sys.exit("study: no learning-rate rule yet; run `make study PART=pilot` first")
-        env = {LR_ENV[m]: str(s) for m, s in json.loads(rule_file.read_text())["scale"].items() if m in LR_ENV}
+        # Study IV's pilot tunes only its new arms; the baseline, HIRE and PALs keep Study III's scales.
+        rules = [st["inherit_rule"]] if st.get("inherit_rule") else []
+        scale = {m: s for f in rules + [rule_file] for m, s in json.loads(f.read_text())["scale"].items()}
+        env = {LR_ENV[m]: str(s) for m, s in scale.items() if m in LR_ENV}
 
     def sweep(preset: str, env: dict) -> None:
         sweep_dir = a.out / name / preset
         smoke = SMOKE + [f"hydra.sweeper.params.seed={a.smoke_seed}"] if a.smoke and name != "pilot" else \
             SMOKE if a.smoke else []
-        if a.study == "s3":  # one job at a time, each published as it ends (scripts/study_jobs.py)
+        if a.study in ("s3", "s4"):  # one job at a time, each published as it ends (scripts/study_jobs.py)
             sweeps[preset] = study_jobs.run_preset(
                 preset, out=a.out / name, pub=a.publish or a.out, uri=a.uri, experiment=st["experiment"],
-                extra=(SMOKE if a.smoke else []) + extra, env=env, sh=sh, bin_dir=BIN, smoke=a.smoke)
+                extra=(SMOKE if a.smoke else []) + extra, env=env, sh=sh, bin_dir=BIN, smoke=a.smoke,
+                plan=st.get("plan"))
         else:
             sh([str(BIN / "deepen-run"), "-m", f"+study={preset}", f"tracking.uri={a.uri}",
                 f"hydra.sweep.dir={sweep_dir}", "resume=auto", *smoke, *extra], env=env)
@@ -325,6 +406,9 @@ def run_part(name: str, a, extra: list[str], sweeps: dict) -> None:
             steps_rule(a.out, a.uri, sweeps, st)
             publish(a, {"steps_rule.json": "steps_rule.json"})
         return
+    if st.get("plan"):  # a planned study is read once, whole, by its plan (--part family)
+        print(f"study: part {name} took {(time.time() - t0) / 60:.1f} min", flush=True)
+        return
     ids, contrasts, own, secondary = what_to_report(name, sweeps, st)
     report(a.uri, a.out / name, ids, contrasts, own, st, secondary)
     publish(a, {f"{name}/seeds.csv": f"{name}_seeds.csv", f"{name}/report.md": f"{name}_report.md"})
@@ -346,7 +430,8 @@ def publish(a, files: dict[str, str]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(prog="study", description=__doc__.split("\n")[0])
     p.add_argument("--study", choices=list(STUDIES), default="floor",
-                   help="floor (the floor study) or s3 (Study III, docs/study.md); default: floor")
+                   help="floor (the floor study), s3 (Study III) or s4 (Study IV, docs/plans/s4.yaml); see "
+                   "docs/study.md; default: floor")
     p.add_argument("--part", help="one part (default: every primary part, then the report)")
     p.add_argument("--out", type=Path, help="default: outputs/study-floor, outputs/study-s3")
     p.add_argument("--uri", default=f"sqlite:///{ROOT}/outputs/mlflow.db")
@@ -355,6 +440,8 @@ def main() -> None:
     p.add_argument("--command", action="store_true",
                    help="print the deepen-report command of the part's report (default: the whole study's) and exit")
     p.add_argument("--cost", action="store_true", help="print each part's jobs and estimated minutes and exit")
+    p.add_argument("--updates", action="store_true", help="print each multi-task schedule's expected updates "
+                   "per task (and passes over its training set) and exit")
     p.add_argument("--draw-layers", type=int, metavar="K", help="print the random K-layer draw and exit")
     p.add_argument("--layer-seed", type=int, default=1)
     p.add_argument("--publish", type=Path, help="where each part's rule files, per-seed CSV and report are copied "
@@ -369,10 +456,17 @@ def main() -> None:
         print(draw_layers(a.draw_layers, a.layer_seed))
         return
     st = STUDIES[a.study]
-    family = a.part == "family" and "family" in st  # a report, not a part to run: the family's members alone
-    if a.part and a.part not in st["parts"] and not family:
+    family = a.part == "family" and ("family" in st or "plan" in st)  # a report, not a part to run
+    if a.part == "design" and not (st.get("design_plan") and a.command):
+        p.error("--part design is Study III's report by its design-time plan: use it with --study s3 --command")
+    if a.part and a.part not in st["parts"] and not family and a.part != "design":
         p.error(f"--part {a.part}: study {a.study} has the parts {', '.join(st['parts'])}"
                 + (" (and the report-only family)" if "family" in st else ""))
+    if a.updates:
+        print("| schedule | steps | task | training examples | expected updates | passes |\n|---|---|---|---|---|---|")
+        for r in expected_updates(a.study):
+            print(f"| {r['schedule']} | {r['steps']} | {r['task']} | {r['examples']} | {r['updates']:.0f} | {r['passes']:.1f} |")
+        return
     if a.cost:
         rows = cost_table(a.study)
         print("| part | presets | jobs | minutes on 2 idle cores (estimate) |\n|---|---|---|---|")
@@ -381,18 +475,19 @@ def main() -> None:
         print(f"| all | | {sum(r['jobs'] for r in rows)} | {sum(r['minutes'] for r in rows)} "
               f"({sum(r['minutes'] for r in rows) / 60:.1f} h) |")
         return
-    a.out = a.out or ROOT / "outputs" / ("study-floor" if a.study == "floor" else "study-s3")
+    a.out = a.out or ROOT / "outputs" / ("study-floor" if a.study == "floor" else f"study-{a.study}")
     a.out.mkdir(parents=True, exist_ok=True)
-    if a.publish is None and a.study == "s3" and not a.smoke:
-        a.publish = ROOT / "docs" / "results" / "s3"
+    if a.publish is None and a.study != "floor" and not a.smoke:
+        a.publish = ROOT / "docs" / "results" / a.study
     sweeps = json.loads((a.out / "sweeps.json").read_text()) if (a.out / "sweeps.json").is_file() else {}
-    if a.study == "s3":  # the presets every job of which is published, in this session or an earlier one
+    if a.study != "floor":  # the presets every job of which is published, in this session or an earlier one
         done = {p: study_jobs.published(p, a.publish or a.out) for n in st["parts"].values() for p in
                 n["presets"] + n.get("after_rule", [])}
         sweeps |= {p: files for p, files in done.items() if files}
     if a.command:  # the report's deepen-report command with this study's sweep ids, to run by hand
         ids, contrasts, own, secondary = what_to_report(a.part or "all", sweeps, st)
-        cmd = report_command(a.uri, ids, contrasts, own, st, secondary)
+        design = st.get("design_plan") if a.part == "design" else None
+        cmd = report_command(a.uri, ids, contrasts, own, st, secondary, design)
         if cmd[1] == "--uri" and a.uri == p.get_default("uri"):
             cmd[1:3] = []  # deepen-report's default store is this one
         print(shlex.join(x.removeprefix(f"{ROOT}/") for x in cmd))  # published files: relative to the repo

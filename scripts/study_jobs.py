@@ -9,6 +9,7 @@ other work; the MLflow store, under outputs/, does not outlive the session's mac
 """
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import re
@@ -67,10 +68,37 @@ def published(preset: str, pub: Path) -> list[str] | None:
     return [str(f) for f in files] if all(f.is_file() for f in files) else None
 
 
+def record_plan(plan: Path, pub: Path) -> str:
+    """The study plan's sha256 (as deepen-report --plan computes it); its text kept beside the jobs as
+    <pub>/jobs/plan-<sha>.yaml, so a report given an edited plan can show what changed."""
+    from deepen_run.report.plan import parse, sha
+
+    text = plan.read_text()
+    parse(text, plan)  # a broken plan stops the study before its first job
+    s = sha(text)
+    kept = pub / "jobs" / f"plan-{s}.yaml"
+    if not kept.is_file():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(text)
+    return s
+
+
+def stamp(path: Path, plan_sha: str) -> None:
+    """Add the plan's sha to every line of a job's per-seed file (column `plan`)."""
+    with path.open(newline="") as f:
+        lines = list(csv.DictReader(f))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*lines[0].keys(), "plan"] if lines else ["plan"])
+        w.writeheader()
+        w.writerows(line | {"plan": plan_sha} for line in lines)
+
+
 def run_preset(preset: str, *, out: Path, pub: Path, uri: str, experiment: str, extra: list[str], env: dict,
-               sh, bin_dir: Path, smoke: bool = False) -> list[str]:
+               sh, bin_dir: Path, smoke: bool = False, plan: Path | None = None) -> list[str]:
     """Run the preset's jobs that have no published file yet, one sweep each, publishing each as it
-    ends; return every job's file. smoke: the jobs of the preset's first seed only."""
+    ends; return every job's file. smoke: the jobs of the preset's first seed only. plan: the study's
+    plan file, whose sha each job file records (deepen_run/report/plan.py)."""
+    plan_sha = record_plan(plan, pub) if plan else None
     # Seed by seed, so that a part cut short leaves whole pairs (every arm of a seed) to compare.
     jobs = sorted(preset_jobs(preset), key=seed_of)
     if smoke:
@@ -90,6 +118,8 @@ def run_preset(preset: str, *, out: Path, pub: Path, uri: str, experiment: str, 
             part = path.with_name(f"{name}.partial.csv")  # renamed when whole: a .csv file is a finished job
             sh([str(bin_dir / "deepen-report"), "--uri", uri, "--experiment", experiment, "--sweep-id", sweep_id,
                 "--json", "--seeds-csv", str(part)], capture=True)
+            if plan_sha:
+                stamp(part, plan_sha)
             part.replace(path)
             print(f"study: {preset} [{i}/{len(jobs)}] {name}: {(time.time() - t0) / 60:.1f} min, published {path}",
                   flush=True)

@@ -164,6 +164,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--holm-avg", action="store_true",
                    help="Holm over the contrasts' avg readings alone (a family planned on the average of the tasks); "
                    "the per-task readings are then descriptive, without p Holm")
+    p.add_argument("--plan", type=Path, metavar="PLAN.yaml",
+                   help="report exactly the family a study plan names, with its tests and adjustment, and say first "
+                   "if the plan differs from the one the runs recorded (deepen_run/report/plan.py, docs/study.md)")
     p.add_argument("--baseline", action="append", default=[], metavar="ROW|KEY=VALUE",
                    help="the baseline where several rows could be one (e.g. --baseline 'pooling=mean'); repeatable")
     p.add_argument("--json", action="store_true", help="print the rows' per-seed values and the contrasts as JSON "
@@ -194,6 +197,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         if a.register is not None and (not a.register.strip() or any(c in a.register for c in "/:")):
             raise UserError(f"--register {a.register!r}: a registered model's name is not empty and has no '/' or ':'")
         only = _parse_tasks(a.tasks) if a.tasks else None
+        if a.plan:  # before reading anything: the plan sets the contrasts and their adjustment
+            from deepen_run.report import plan as rp
+
+            plan, plan_text = rp.take_over(a)
         if a.only_contrasts and not a.contrast:
             raise UserError("--only-contrasts needs at least one --contrast A:B")
         from deepen_run.masking import mask_uri
@@ -230,7 +237,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             from deepen_run.report.register import pick_row
 
             pick_row(table, a.row)
-        print(to_json(table) if a.json else to_markdown(table) + extra_tables(table, a), end="")
+        text = rp.report(table, plan, plan_text, a) if a.plan else to_markdown(table)
+        print(to_json(table) if a.json else text + extra_tables(table, a), end="")
         if a.seeds_csv:
             a.seeds_csv.parent.mkdir(parents=True, exist_ok=True)
             a.seeds_csv.write_text(seeds_csv(table))
