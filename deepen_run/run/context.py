@@ -17,7 +17,6 @@ class Run:
     tracker: Any  # deepen_run.tracking.store.Tracker (no-op off the main process)
     home: Any = None  # the run dir (checkpoints)
     resume_home: Any = None  # a killed run's dir to continue from, or None
-    signals: Any = None  # the run's lifecycle.SignalGuard (the entry point's, or an inert one)
 
 
 @dataclass
