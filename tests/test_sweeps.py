@@ -105,7 +105,8 @@ def test_a_job_that_started_as_the_sweep_stopped_stops_itself(tmp_path):
     import pytest
 
     from deepen_run.run.stop import Stopped, StopFlag, check
-    from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE
+    from deepen_run.run.clean import JOBS_DIR
+    from deepen_run.sweep.jobs import STOP_FILE
 
     (tmp_path / JOBS_DIR).mkdir()
     flag = StopFlag(tmp_path / JOBS_DIR / STOP_FILE).install()

@@ -26,7 +26,7 @@ from hydra.types import RunMode
 from deepen_run.errors import UserError
 from deepen_run.masking import mask_override, mask_string, secret_env_values
 from deepen_run.run.stop import Stopped, StopFlag, check
-from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE  # noqa: F401 (the sweep modules' names for them)
+from deepen_run.run.clean import JOBS_DIR
 from deepen_run.sweep import summary
 from deepen_run.sweep.outcomes import previous, start_line, write_json
 from deepen_run.util import first_line as _one_line
@@ -107,23 +107,9 @@ class SweepJob:
         if watchdog is not None:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         signum = stopped.signum if stopped is not None else flag.signum
-        if signum is not None and not self._stopped_by_launcher():
-            pass_on(signum)  # submitit: requeue; the basic launcher: stop the sweep (launch.Launch.on_signal)
+        if signum is not None:  # submitit: requeue; the basic launcher: stop the sweep (launch.Launch.on_signal)
+            pass_on(signum)
         return NO_SCORE if stopped is not None else scored(score)
-
-    def _stopped_by_launcher(self, wait_s: float = 10.0) -> bool:
-        """Is this job in a worker process of a launcher that is stopping the sweep (its stop file)?
-        Ctrl-C reaches the whole process group at once, so the launcher's handler may write the file
-        a moment after this job has saved: it is given wait_s to appear."""
-        launcher = self.info.get("launcher_pid")
-        if not launcher or os.getpid() == launcher or os.getppid() != launcher:
-            return False  # the launcher's own process (basic launcher), or not its child (SLURM)
-        deadline = time.time() + wait_s
-        while not (self.jobs / STOP_FILE).exists():
-            if time.time() > deadline:
-                return False
-            time.sleep(0.1)
-        return True
 
     def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:
         """resume=auto: this job's run dir holds its FINISHED child of this sweep -> its outcome."""

@@ -7,31 +7,27 @@ bound methods of it.
 
 Signals: Ctrl-C / SIGTERM of the launching process is recorded (the STOP file): jobs not yet started
 do not start, running ones save a checkpoint and end KILLED at their next check, then the parent
-ends KILLED and the launcher exits 128 + signal number (on_signal, _wait_for_jobs, end_stopped).
+ends KILLED and the launcher exits 128 + signal number (on_signal, end_stopped).
 A second signal of the same kind stops at once.
 """
 from __future__ import annotations
 
 import atexit
-import os
 import signal
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Optional
 
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.run.runfile import orphan_note
-from deepen_run.run.lifecycle import alive, reap_orphans
+from deepen_run.run.lifecycle import reap_orphans
 from deepen_run.run.stop import SIGNALS
 from deepen_run.sweep.counts import Counts
-from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE, SWEEP_FILE
+from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
+from deepen_run.sweep.jobs import STOP_FILE
 from deepen_run.sweep.outcomes import read_outcomes, read_starts, watch
-
-GRACE_S = 300  # how long stopped jobs get to save their checkpoint before the parent is closed
-
 
 class Launch:
     def __init__(self, info: dict, tracker, first_step: int = 0):
@@ -40,8 +36,6 @@ class Launch:
         self.counts = Counts(info["n_jobs"], tracker, first_step)
         self.signum: Optional[int] = None
         self.lock = None  # the sweep dir's launcher lock (sweep/resume.py hold)
-        self.waiter: Optional[threading.Thread] = None
-        self.jobs_ended = threading.Event()
         self.closed = False
         self.stop = threading.Event()
         refresh = lambda: sweep_summary.update(info, tracker)  # noqa: E731 (the run note, as each job ends)
@@ -59,50 +53,27 @@ class Launch:
 
     def on_signal(self, signum, frame) -> None:
         """Only records the stop: the STOP file, which every job reads at its next check (a job in a
-        worker also has the signal from its process group), and a note. The waiting and the parent's
-        closing happen outside the handler (`_wait_for_jobs`, then end_stopped or, past the grace,
-        that thread). A second signal of the same kind stops the launcher at once; its parent is
-        then closed KILLED by the orphan reaper of a later run (its pid is gone)."""
-        if signum == self.signum or self.closed:
+        worker also has the signal from its process group), and a note. The jobs end their own runs
+        KILLED and return; the sweeper then returns and end_stopped closes the parent. A second
+        signal of the same kind stops the launcher at once; its parent is then closed KILLED by the
+        orphan reaper of a later run (its pid is gone)."""
+        if signum == self.signum:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
             return
-        if self.signum is not None:
-            return  # another kind of signal while stopping: the stop is under way
+        if self.signum is not None or self.closed:  # stopping already, or the parent is being ended
+            self.signum = self.signum or signum
+            return
         self.signum = signum
         (self.dir / JOBS_DIR / STOP_FILE).write_text(f"{signal.Signals(signum).name}\n")
         print(f"[sweep {self.info['sweep_id']}] stopping: running jobs save a checkpoint and end KILLED (a second "
               f"{signal.Signals(signum).name} stops at once)", file=sys.stderr, flush=True)
-        self.waiter = threading.Thread(target=self._wait_for_jobs, args=(signum,), name="deepen-sweep-stop",
-                                       daemon=True)
-        self.waiter.start()
-
-    def _wait_for_jobs(self, signum: int) -> None:
-        """Until every running job has ended or GRACE_S passed. The jobs end their own runs; the
-        launcher's sweeper then returns and end_stopped closes the parent. Past GRACE_S (a job that
-        hangs), the parent is closed here and the process ends."""
-        deadline = time.time() + GRACE_S
-        while self._running() and time.time() < deadline:
-            time.sleep(0.2)
-        self.jobs_ended.set()
-        if self._running():
-            self.close(interrupted=True)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(128 + signum)
 
     def end_stopped(self) -> None:
-        """After the sweeper returned from a stopped sweep: wait for the stop's waiter, close the
-        parent KILLED, exit 128 + signal number."""
-        self.jobs_ended.wait(GRACE_S + 60)
+        """After the sweeper returned from a stopped sweep (every job has returned): close the parent
+        KILLED, exit 128 + signal number."""
         self.close(interrupted=True)
         raise SystemExit(128 + self.signum)
-
-    def _running(self) -> dict[int, int]:
-        """Jobs started in another process and not ended yet: job number -> pid."""
-        ended = read_outcomes(self.dir)
-        return {k: s["pid"] for k, s in read_starts(self.dir).items()
-                if k not in ended and s.get("pid") and s["pid"] != os.getpid() and alive(s["pid"])}
 
     def at_exit(self) -> None:
         """The process ends without on_multirun_end (a signal, or the sweeper raised): KILLED, to be

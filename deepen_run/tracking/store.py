@@ -20,8 +20,7 @@ from mlflow.utils.validation import MAX_TAG_VAL_LENGTH as TAG_LIMIT  # the longe
 
 from deepen_run.masking import mask_string, mask_uri, secret_env_values
 from deepen_run.errors import UserError
-from deepen_run.tracking.connect import (  # noqa: F401 (has_schema, create_schema_once: this module's API)
-    create_schema_once, get_experiment_id, has_schema, health, prepare_store)
+from deepen_run.tracking.connect import create_schema_once, get_experiment_id, health, prepare_store
 from deepen_run.util import first_line, sqlite_path
 
 STATUS = ("FINISHED", "FAILED", "KILLED")
