@@ -68,7 +68,7 @@ def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> li
         if r.info.run_id in mine and int(pid) != os.getpid() and not alive(int(pid)) \
                 and tracker.client.get_run(r.info.run_id).info.status == "RUNNING":
             tracker.client.set_tag(r.info.run_id, "error", f"process {pid} exited without ending the run "
-                                   f"(SIGKILL, out of memory or power loss); "
+                                   f"(SIGKILL, a second Ctrl-C or signal, out of memory or power loss); "
                                    f"{note(r.info.run_id, r.data.tags) if note else 'resume=auto continues it'}")
             tracker.client.set_terminated(r.info.run_id, status="KILLED")
             dead.append(r.info.run_id)
