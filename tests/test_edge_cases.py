@@ -376,10 +376,14 @@ def test_resume_of_a_run_whose_store_was_deleted_is_one_line(glue_dir, tmp_path)
     assert list((tmp_path / "run" / "checkpoints").glob("step-*"))
 
 
-def test_sighup_ends_a_run_killed_with_a_checkpoint(glue_dir, tmp_path):
-    """A closed terminal (SIGHUP) is treated as SIGTERM: the step is saved, the run ends KILLED, exit 129."""
+@pytest.mark.parametrize("name", ["SIGHUP", "SIGINT", "SIGUSR2"])
+def test_a_signal_ends_a_run_killed_with_a_checkpoint(glue_dir, tmp_path, name):
+    """A closed terminal (SIGHUP), Ctrl-C (SIGINT) and a scheduler's SIGUSR2 are treated as SIGTERM is
+    (tests/test_resume.py: SIGTERM, SIGUSR1): the step is saved, the run ends KILLED, exit 128 + signal."""
     import signal
     import time
+
+    sig = getattr(signal, name)
 
     uri = f"sqlite:///{tmp_path}/m.db"
     exe = Path(sys.executable).with_name("deepen-run")
@@ -392,12 +396,12 @@ def test_sighup_ends_a_run_killed_with_a_checkpoint(glue_dir, tmp_path):
     while not list((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")):
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
         time.sleep(0.05)
-    proc.send_signal(signal.SIGHUP)
+    proc.send_signal(sig)
     err = proc.communicate(timeout=HANG)[1]
-    assert proc.returncode == 128 + signal.SIGHUP, err[-3000:]
+    assert proc.returncode == 128 + sig, err[-3000:]
     client, (run,) = runs_of(uri)
-    assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGHUP"
-    assert "Traceback" not in err
+    assert run.info.status == "KILLED" and run.data.tags["interrupted"] == name
+    assert "Traceback" not in err and f"stopped by {name}; the run is KILLED, its checkpoint step-" in err
 
 
 def test_a_late_dash_m_and_an_absent_report_server_are_one_line(tmp_path):
