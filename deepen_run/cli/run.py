@@ -119,7 +119,7 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
             tasks = _checked(cfg, home)
             from deepen_run.run.runner import run
 
-    
+            return run(cfg, tasks, home, tags=tags)
     finally:
         if own is not None:
             own.uninstall()

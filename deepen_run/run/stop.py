@@ -10,7 +10,6 @@ re-raises it: the process ends at once (the orphan reaper later closes its run K
 """
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from pathlib import Path
