@@ -107,8 +107,8 @@ class SweepJob:
         if watchdog is not None:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         signum = stopped.signum if stopped is not None else flag.signum
-        if signum is not None:  # submitit: requeue; the basic launcher: stop the sweep (launch.Launch.on_signal)
-            pass_on(signum)
+        if signum is not None and not (launcher and os.getppid() == launcher):  # a worker's launcher has the STOP file
+            pass_on(signum)  # submitit: requeue; the basic launcher: stop the sweep (launch.Launch.on_signal)
         return NO_SCORE if stopped is not None else scored(score)
 
     def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:
