@@ -19,11 +19,14 @@ from deepen_run.tracking.store import Tracker
 
 def signal_after(select: str, signum=signal.SIGINT):
     """SQLAlchemy's hook that runs a statement (DialectEvents.do_execute): the statement runs, then
-    the signal lands where a real one does, inside the call, its rows not yet read."""
+    the signal lands where a real one does, inside the call, its rows not yet read. Once: a second
+    signal of the same kind would end this process at once, as it must."""
+    fired = []
+
     def hook(cursor, statement, parameters, context):
         cursor.execute(statement, parameters)
-        if statement.startswith(select):
-            os.kill(os.getpid(), signum)
+        if statement.startswith(select) and not fired:
+            fired.append(os.kill(os.getpid(), signum))
         return True  # executed here
     return hook
 
