@@ -35,7 +35,7 @@ register(schemas())
 
 # The test modules that take longest, longest first (seconds summed over their tests in a `make test`
 # of 42d1246, --durations=0): only an order, so a stale entry costs time, never a result.
-LONGEST = ("test_sweep_resume", "test_resume", "test_faults", "test_reliability3", "test_model_product",
+LONGEST = ("test_sweep_resume", "test_resume", "test_faults", "test_edge_cases", "test_model_product",
            "test_sweeps", "test_report", "test_compose", "test_e2e", "test_multiprocess", "test_rundir",
            "test_hparams_search", "test_habits_early_stop", "test_fast", "test_sweep_summary", "test_bad_input",
            "test_probe", "test_duplicate", "test_tracking_server", "test_model_selection", "test_families")

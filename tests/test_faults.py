@@ -281,3 +281,29 @@ def test_a_signal_between_two_log_lines_resumes_to_the_same_logged_loss(tmp_path
     for k in keys:
         history = [[(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)] for run in (whole, cut)]
         assert history[0] == history[1], k
+
+
+@pytest.mark.subprocess
+def test_sigterm_while_the_runner_imports_mlflow_is_exit_143_and_one_line(tmp_path, glue_dir):
+    """Issue 63, case 5: SIGTERM while the runner imports mlflow (just after the pre-flight) was raised
+    inside CPython's import machinery: exit 1 and a double traceback ("partially initialized module
+    'mlflow'"), which a scheduler that requeues on 143 reads as a failure. Recorded only, it stops
+    the command at the runner's next check: exit 143, one line."""
+    code = "\n".join([
+        "import importlib.abc, os, signal, sys",
+        "class AtMlflow(importlib.abc.MetaPathFinder):",
+        "    def find_spec(self, name, path, target=None):",
+        "        if name == 'mlflow':",
+        "            sys.meta_path.remove(self)",
+        "            os.kill(os.getpid(), signal.SIGTERM)",
+        "        return None",
+        "sys.meta_path.insert(0, AtMlflow())",
+        "sys.argv[0] = 'deepen-run'",
+        "from deepen_run.cli.run import main",
+        "main()"])
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    a = [*TINY, "train.max_steps=4", f"data.glue_dir={glue_dir}", f"hydra.run.dir={tmp_path / 'run'}",
+         f"tracking.uri={uri}"]
+    r = subprocess.run([sys.executable, "-c", code, *isolated(a)], capture_output=True, text=True, timeout=HANG)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
+    assert lines(r.stderr) == ["deepen-run: stopped by SIGTERM; no MLflow run had started yet; nothing to continue"]

@@ -90,3 +90,36 @@ def test_two_cpu_processes_make_one_run(glue_dir, tmp_path, method):
     assert (tmp_path / "run" / ".hydra" / "config.yaml").is_file()
     assert not (tmp_path / ".hydra").exists() and not list(tmp_path.glob("*.log"))
     assert {p.name for p in tmp_path.iterdir()} <= {"run", "mlflow.db", "mlflow.db.lock", "mlartifacts", "cache"}
+
+
+@pytest.mark.subprocess
+def test_a_signal_to_one_rank_stops_both_at_the_same_step(glue_dir, tmp_path):
+    """Stopping by agreement across processes: SIGTERM reaches rank 1 alone during step 3; the ranks
+    agree through Accelerate's trigger at that step's end, rank 0 saves step 3's checkpoint and the one
+    run ends KILLED (neither rank waits forever in a collective the other left)."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    script = tmp_path / "ranked.py"
+    script.write_text("\n".join([
+        "import os, signal, sys",
+        "from deepen_run.run import checkpoint",
+        "real = checkpoint.Checkpointer.on_step",
+        "def on_step(self, done):",
+        "    if done == 3 and os.environ.get('RANK') == '1':",
+        "        os.kill(os.getpid(), signal.SIGTERM)",
+        "    return real(self, done)",
+        "checkpoint.Checkpointer.on_step = on_step",
+        "sys.argv[0] = 'deepen-run'",
+        "from deepen_run.cli.run import main",
+        "main()"]))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                        str(script), "task=rte", "backbone=tiny", f"data.glue_dir={glue_dir}",
+                        "data.max_train_samples=64", "data.max_eval_samples=16", "data.max_seq_length=32",
+                        "train.max_steps=50", "train.batch_size=8", f"tracking.uri={uri}",
+                        f"hydra.run.dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG)
+    assert r.returncode != 0 and "stopped by SIGTERM" in r.stderr, r.stderr[-3000:]
+    _, (run,) = runs_of(uri)
+    assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGTERM"
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("step-*")] == ["step-3"]

@@ -10,7 +10,7 @@ from scipy import stats
 from conftest import make_cfg
 from deepen_run.report import main as report
 from deepen_run.config.redact import public_config
-from deepen_run.run.runner import tags_for
+from deepen_run.run.names import tags_for
 from deepen_run.tracking.store import Tracker, flatten
 
 EXP = "study-test"

@@ -97,22 +97,26 @@ def test_child_run_names_carry_the_swept_values():
 
 
 def test_a_job_that_started_as_the_sweep_stopped_stops_itself(tmp_path):
-    """The launcher writes the stop file, then signals the jobs whose start file it sees; a job that
-    wrote its start file after that look finds the stop file on its second look and ends KILLED
-    (an idle loky worker ignored the Ctrl-C itself: it would otherwise train to the end)."""
+    """The launcher writes the stop file when a signal stops it; a job reads it at each check (a job
+    that started as the stop landed, a job on another machine, an idle loky worker that ignored the
+    Ctrl-C itself): it stops there, as on the signal itself, instead of training to the end."""
     import signal
 
     import pytest
 
-    from deepen_run.run.lifecycle import Interrupted
-    from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE, SweepJob
+    from deepen_run.run.stop import Stopped, StopFlag, check
+    from deepen_run.run.clean import JOBS_DIR
+    from deepen_run.sweep.jobs import STOP_FILE
 
     (tmp_path / JOBS_DIR).mkdir()
-    job = SweepJob({"dir": str(tmp_path)}, 0, [])
-    job._stop_if_told()  # no stop: the job goes on
-    (tmp_path / JOBS_DIR / STOP_FILE).write_text("SIGTERM\n")
-    with pytest.raises(Interrupted) as e:
-        job._stop_if_told()
+    flag = StopFlag(tmp_path / JOBS_DIR / STOP_FILE).install()
+    try:
+        check()  # no stop: the job goes on
+        (tmp_path / JOBS_DIR / STOP_FILE).write_text("SIGTERM\n")
+        with pytest.raises(Stopped) as e:
+            check()
+    finally:
+        flag.uninstall()
     assert e.value.signum == signal.SIGTERM
 
 

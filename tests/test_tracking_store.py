@@ -7,7 +7,8 @@ from mlflow.tracking import MlflowClient
 from conftest import runs_of
 
 from deepen_run.tracking import store as tracking
-from deepen_run.tracking.store import Tracker, create_schema_once, has_schema
+from deepen_run.tracking.connect import create_schema_once, has_schema
+from deepen_run.tracking.store import Tracker
 from deepen_run.util import first_line, one_line, sqlite_path
 
 

@@ -8,8 +8,8 @@
   (deepen_run/run/rundir.py): deepen-run deletes only files it created.
 - In a sweep, a failing job is recorded (FAILED child) and returns NaN so the other jobs go on
   (deepen_run/sweep/callback.py).
-- Ctrl-C / SIGTERM / SIGUSR1 / SIGUSR2: the run ends KILLED with a checkpoint; exit code 128 +
-  signal number (a sweep too: every job and the parent end KILLED).
+- Ctrl-C / SIGTERM / SIGHUP / SIGUSR1 / SIGUSR2 are recorded (run/stop.py); the run ends KILLED with a
+  checkpoint at its next check; exit code 128 + signal number (a sweep too: every job and the parent end KILLED).
 - One run dir holds one run: the run's dir is locked for its life (lifecycle.run_dir_lock).
 """
 from __future__ import annotations
@@ -65,8 +65,8 @@ def quiet_other_ranks(argv: list[str]) -> list[str]:
 
 
 def _task(cfg) -> float:
-    from deepen_run.run.lifecycle import Interrupted
     from deepen_run.run.runlog import copied_to_log
+    from deepen_run.run.stop import Stopped
     from deepen_run.sweep.jobs import current_job
 
     phase("composed")
@@ -84,17 +84,14 @@ def _task(cfg) -> float:
         except UserError as e:
             _log_only(one_line(e))
             raise  # through Hydra: rundir.RunDirGuard removes what this attempt created, then prints it
-        except KeyboardInterrupt as e:
-            signum = getattr(e, "signum", 2)
-            print(f"\ndeepen-run: stopped by {Interrupted(signum)}; {_what_is_left(e)}", file=sys.stderr)
-            sys.exit(128 + signum)
+        except Stopped as e:
+            print(f"\ndeepen-run: stopped by {e}; {_what_is_left(e)}", file=sys.stderr)
+            sys.exit(128 + e.signum)
 
 
-def _what_is_left(e: KeyboardInterrupt) -> str:
-    """The truth about a stopped run: the runner says which checkpoint it left (if it got that far)."""
-    from deepen_run.run.runner import RunKilled
-
-    if not isinstance(e, RunKilled):
+def _what_is_left(e) -> str:
+    """The truth about a stopped run: its record says which checkpoint it left (if it got that far)."""
+    if not e.recorded:
         return "no MLflow run had started yet; nothing to continue"
     if e.checkpoint is None:
         return "the run is KILLED with no checkpoint (resume=auto runs it again from step 0 as the same run)"
@@ -105,47 +102,47 @@ def _hydra_main() -> None:
     hydra.main(version_base=None, config_path=str(ROOT / "conf"), config_name="config")(_task)()
 
 
-def checked_run(cfg, tags: dict[str, str] | None = None, signals=None) -> float:
-    """Resume lookup, pre-flight, signal handling, then the run itself."""
-    from deepen_run.run import resume
+def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
+    """Resume lookup, pre-flight, then the run itself, with the signals recorded (run/stop.py) from
+    the start: a sweep job has installed its own flag, a single run installs one here."""
     from contextlib import nullcontext
 
+    from deepen_run.run import resume
+    from deepen_run.run.lifecycle import run_dir_lock
+    from deepen_run.run.stop import StopFlag, installed
+
+    own = StopFlag().install() if installed() is None else None
+    try:
+        cfg, home = resume.resolve(cfg)
+        folder = home or resume.current_dir()
+        # Only rank 0 owns the run dir; the other ranks of a multi-process run share its home.
+        holding = run_dir_lock(folder, resuming=home is not None) \
+            if folder is not None and os.environ.get("RANK", "0") == "0" else nullcontext()
+        with holding:
+            tasks = _checked(cfg, home)
+            from deepen_run.run.runner import run
+
+            return run(cfg, tasks, home, tags=tags)
+    finally:
+        if own is not None:
+            own.uninstall()
+
+
+def _checked(cfg, home) -> list:
+    """The pre-flight -> the tasks; a resumed run's data must be what it started with."""
+    from omegaconf.errors import InterpolationResolutionError
+
     from deepen_run.data.fingerprint import same_data
-    from deepen_run.run.lifecycle import SignalGuard, run_dir_lock
     from deepen_run.run.preflight import check
 
-    cfg, home = resume.resolve(cfg)
-    folder = home or resume.current_dir()
-    # Only rank 0 owns the run dir; the other ranks of a multi-process run share its home.
-    holding = run_dir_lock(folder, resuming=home is not None) if folder is not None and os.environ.get("RANK", "0") == "0" else nullcontext()
-    with holding:
-        from omegaconf.errors import InterpolationResolutionError
-
-        try:
-            tasks = check(cfg)
-        except InterpolationResolutionError as e:  # a value the command leaves unset (${oc.env:...}): input
-            raise UserError(f"{type(e).__name__}: {one_line(e)}") from None
-        phase("checked")
-        if home is not None:
-            same_data(home, cfg, tasks)  # a resumed run trains on the data it started with
-        # This run's guard, given back after it; a sweep job passes the one it installed at its start.
-        own = signals is None
-        signals = SignalGuard().install() if own else signals
-        from deepen_run.run.runner import run
-
-        try:
-            return run(cfg, tasks, home, tags=tags, signals=signals)
-        except Exception as e:
-            # Before its MLflow run began (loading the weights), a signal that surfaced as another error
-            # stops the command as that signal: exit 128 + its number, a sweep's job KILLED. After, the
-            # runner has already read it so (and ended the run KILLED, saved).
-            killed = signals.surfaced(e)
-            if killed is None:
-                raise
-            raise killed from e
-        finally:
-            if own:
-                signals.uninstall()
+    try:
+        tasks = check(cfg)
+    except InterpolationResolutionError as e:  # a value the command leaves unset (${oc.env:...}): input
+        raise UserError(f"{type(e).__name__}: {one_line(e)}") from None
+    phase("checked")
+    if home is not None:
+        same_data(home, cfg, tasks)  # a resumed run trains on the data it started with
+    return tasks
 
 
 def counted_switches(overrides: list[str]) -> None:
@@ -196,10 +193,12 @@ def main() -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from deepen_run.run.stop import Stopped
+
     try:
         _hydra_main()
-    except KeyboardInterrupt as e:  # a sweep's job stopped by a signal (a single run exits in _task)
-        sys.exit(128 + getattr(e, "signum", 2))  # its parent is closed KILLED at exit (sweep/launch.py)
+    except Stopped as e:  # a sweep's job stopped by a signal (a single run exits in _task)
+        sys.exit(128 + e.signum)  # its parent is closed KILLED at exit (sweep/launch.py)
     except UserError as e:  # normally printed by rundir.RunDirGuard.on_run_end, before Hydra's own line
         fail_with(e)
     except FromRun as e:

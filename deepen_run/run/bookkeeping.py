@@ -1,7 +1,7 @@
 """What the training loop keeps track of around its steps, so that fit (deepen_run/run/train.py)
 reads as the recipe: the running loss logged at log_every, the progress bar, the step-rate warning
 of a long run, the phases, the sampling probabilities of a new epoch, the evaluation cadence, and
-the periodic checkpoint (with a deferred signal, which stops the run there, saved)."""
+the periodic checkpoint (with a stop asked during the step, which stops the run there, saved)."""
 from __future__ import annotations
 
 import sys
@@ -97,7 +97,7 @@ class Bookkeeping:
                 self.bar.write(warn, file=sys.stderr)  # above the bar in a terminal
         if done % self.tcfg.log_every == 0 or done == r.total:
             self.log_loss(step, done)
-        r.saver.on_step(done)  # a periodic checkpoint; a deferred signal stops the run here, saved
+        r.saver.on_step(done)  # a periodic checkpoint; a stop asked during the step acts here, saved
         if done == r.total:
             phase("steps")
         return done

@@ -28,7 +28,7 @@ from typing import Optional
 from deepen_run.data.stream import TaskStream
 from deepen_run.errors import UserError
 from deepen_run.safe_fs import shared_mode
-from deepen_run.run.lifecycle import SignalGuard
+from deepen_run.run.stop import Stopped, check
 
 STATE = "trainer_state.json"
 
@@ -114,15 +114,13 @@ def keeps_best(tcfg, total: int, predict: bool = False) -> bool:
 class Checkpointer:
     """Saves at save_every, on an interrupt, and the best weights; restores a resumed run."""
 
-    def __init__(self, home: Optional[Path], tcfg, accelerator, total: int, predict: bool = False,
-                 signals: Optional[SignalGuard] = None):
+    def __init__(self, home: Optional[Path], tcfg, accelerator, total: int, predict: bool = False):
         if home is None and tcfg.model_selection == "best":
             raise UserError("train.model_selection=best keeps the best weights in the run dir; this run has none")
         self.root = home / "checkpoints" if home is not None else None
         self.every = tcfg.save_every if home is not None else 0
         self.keep_best = home is not None and keeps_best(tcfg, total, predict)
         self.limit, self.acc, self.total = tcfg.save_total_limit, accelerator, total
-        self.signals = signals or SignalGuard()  # the run's guard (on_step raises its deferred signal)
         self.streams: dict[str, TaskStream] = {}
         self.step, self.saved_step = 0, -1
         self.evaluated = None  # the last step whose evaluation is in the state (a resume redoes a missing one)
@@ -240,13 +238,15 @@ class Checkpointer:
             raise RuntimeError(f"checkpoints/best does not fit the model: {e}") from None
 
     def on_step(self, done: int) -> None:
-        """After each step: periodic save, then a deferred signal stops the run here, saved."""
+        """After each step: periodic save, then a stop asked during the step acts here, saved."""
         self.step = done
         if self.every and done % self.every == 0 and done < self.total:
             self.save(done)
-        if self.signals.pending is not None:
+        try:
+            check(self.acc)
+        except Stopped:
             self.save(done)
-            self.signals.raise_pending()
+            raise
 
     def on_interrupt(self) -> None:
         if self.step > 0:

@@ -29,11 +29,13 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
     from tqdm.auto import tqdm
 
     from deepen_run.run.progress import interactive
+    from deepen_run.run.stop import check
 
     outs, refs = [], []
     quiet = desc is None or not accelerator.is_main_process or not interactive()  # no \r bars in a log file
     bar = tqdm(loader, desc=desc, leave=False, dynamic_ncols=True, disable=quiet)
     for batch in bar:
+        check(accelerator)  # a stop asked during evaluation acts between its batches (run/stop.py)
         out = model(spec.name, **batch_inputs(batch))
         logits = out.logits
         p = logits.squeeze(-1).float() if spec.is_regression else logits.argmax(-1)

@@ -31,9 +31,9 @@ from deepen_run.errors import NonFiniteLoss
 from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
 from deepen_run.run.fast import run_params, use_dropout_masks, use_unpad
-from deepen_run.run.lifecycle import SignalGuard
 from deepen_run.run.bookkeeping import Bookkeeping, log_run_records
-from deepen_run.run.optim import optimizer_for, scheduler_for  # noqa: F401 (part of this module's API)
+from deepen_run.run.optim import optimizer_for, scheduler_for
+from deepen_run.run.stop import Stopped, check
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
@@ -64,7 +64,6 @@ class Recipe:
     dev: dict  # eval name -> prepared dev loader
     eval_specs: dict  # eval name -> TaskSpec
     saver: ck.Checkpointer
-    signals: SignalGuard  # the run's: steps defer a signal to their end, evaluation raises it at once
     total: int  # steps of the whole run
     start: int  # the first step to run: 0, or a resumed checkpoint's step
     undefined: list = field(default_factory=list)  # metrics already reported undefined (warned once)
@@ -77,8 +76,11 @@ def setup(cfg, run: Run) -> Recipe:
     tcfg, tasks, model, accelerator, tracker = cfg.train, run.tasks, run.model, run.accelerator, run.tracker
     tok = bb.load_tokenizer(cfg.backbone)
     # Rank 0 tokenizes and fills the cache first; the other ranks then read it instead of racing.
+    data = {}
     with accelerator.main_process_first():
-        data = {t.name: gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict) for t in tasks}
+        for t in tasks:  # a stop waits for the task being tokenized (minutes for QQP or MNLI, once)
+            check()
+            data[t.name] = gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict)
     loaders = {t: gd.make_loader(d.train, tok, tcfg.batch_size, True, cfg.seed + i, cfg.data.group_by_length,
                                  cfg.data.num_workers) for i, (t, d) in enumerate(data.items())}
     dev = {name: gd.eval_loader(ds, tok, tcfg.eval_batch_size)
@@ -99,14 +101,14 @@ def setup(cfg, run: Run) -> Recipe:
     scheduler = scheduler_for(optimizer, tcfg, total)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
-    saver = ck.Checkpointer(run.home, tcfg, accelerator, total, predict=cfg.predict, signals=run.signals)
+    saver = ck.Checkpointer(run.home, tcfg, accelerator, total, predict=cfg.predict)
     streams = saver.wrap(loaders, {t: cfg.seed + i for i, t in enumerate(data)})
     start = saver.restore(ck.usable(run.resume_home) if run.resume_home else None)
     dev = {k: accelerator.prepare(v) for k, v in dev.items()}
     return Recipe(cfg, ctx, run.method, model, optimizer, scheduler, accelerator, tracker, sampler, streams,
                   regression={t.name: t.is_regression for t in tasks}, dev=dev,
                   eval_specs={name: d.spec for d in data.values() for name in d.dev}, saver=saver,
-                  signals=run.signals, total=total, start=start)
+                  total=total, start=start)
 
 
 def fit(r: Recipe) -> dict:
@@ -120,27 +122,26 @@ def fit(r: Recipe) -> dict:
         r.total = stopper.stopped_at
     book, last = Bookkeeping(r), None
     try:
-        with r.signals.deferred():  # signals wait for the end of the step, then save and stop
-            if r.start and book.evaluates_at(r.start) and r.saver.evaluated != r.start:
-                # Resumed from a checkpoint saved before its step's evaluation (the signal that stopped
-                # the run came during that step, or a kill during the evaluation): make it now.
-                last = evaluate_at(r, book, stopper, r.start)
-            for step in range(r.start, r.total):
-                started = book.begin(step)
-                task = r.sampler.task(step)
-                for _ in range(gas):
-                    book.add(task, train_step(r, task, next(batches[task]), step) / gas, 1 / gas)
-                done = book.end(step, started)
-                if book.evaluates_at(done):
-                    last = evaluate_at(r, book, stopper, done)
-                    if done == r.total:
-                        break  # the last step, or early stopping ended the run here
-            book.close()
-        # A signal after the last step's check (during the final evaluation's logging, the bar) waited
-        # for a step end that will not come: it stops the run here, the last step saved.
-        r.signals.raise_pending()
+        # a stop asked during a step acts at its end (Checkpointer.on_step): saved, consistent
+        if r.start and book.evaluates_at(r.start) and r.saver.evaluated != r.start:
+            # Resumed from a checkpoint saved before its step's evaluation (the signal that stopped
+            # the run came during that step, or a kill during the evaluation): make it now.
+            last = evaluate_at(r, book, stopper, r.start)
+        for step in range(r.start, r.total):
+            started = book.begin(step)
+            task = r.sampler.task(step)
+            for _ in range(gas):
+                book.add(task, train_step(r, task, next(batches[task]), step) / gas, 1 / gas)
+            done = book.end(step, started)
+            if book.evaluates_at(done):
+                last = evaluate_at(r, book, stopper, done)
+                if done == r.total:
+                    break  # the last step, or early stopping ended the run here
+        book.close()
+        # A signal after the last step's check (the final evaluation's logging, the bar): stopped here, saved.
+        check(r.accelerator)
         return final_record(r, last, t0)
-    except (KeyboardInterrupt, TrackingLost):  # a signal, or the store gone: keep what resume=auto needs
+    except (Stopped, TrackingLost):  # a signal, or the store gone: keep what resume=auto needs
         r.saver.on_interrupt()
         raise
     finally:
@@ -208,8 +209,7 @@ def train_step(r: Recipe, task: str, batch: dict, step: int) -> torch.Tensor:
 
 def evaluate_dev(r: Recipe) -> tuple[dict, Evaluation]:
     """Every dev set through the model: -> (flat eval/* metrics, the evaluation). Nothing else."""
-    with r.signals.deferred(False):  # a signal during evaluation stops it at once
-        ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)
+    ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)  # a stop acts between its batches
     return eval_metrics(ev.results, {name: s.name for name, s in r.eval_specs.items()}), ev
 
 

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from deepen_run.masking import mask_override
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.errors import UserError, fail_with
-from deepen_run.sweep.jobs import SWEEP_FILE
+from deepen_run.run.clean import SWEEP_FILE
 from deepen_run.sweep.outcomes import previous, write_json
 
 

@@ -25,8 +25,8 @@ from hydra.types import RunMode
 
 from deepen_run.errors import UserError
 from deepen_run.masking import mask_override, mask_string, secret_env_values
-from deepen_run.run.lifecycle import Interrupted, SignalGuard
-from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE  # noqa: F401 (the sweep modules' names for them)
+from deepen_run.run.stop import Stopped, StopFlag, check
+from deepen_run.run.clean import JOBS_DIR
 from deepen_run.sweep import summary
 from deepen_run.sweep.outcomes import previous, start_line, write_json
 from deepen_run.util import first_line as _one_line
@@ -54,8 +54,8 @@ class SweepJob:
                 if k not in (*summary.STANDARD, "task.names")]
 
     def run(self, cfg, run_fn: Callable[..., float]) -> Optional[float]:
+        from deepen_run.run.names import run_name
         from deepen_run.run.resume import current_dir
-        from deepen_run.run.runner import RunKilled, run_name
 
         t0 = time.time()
         if (self.jobs / STOP_FILE).exists():
@@ -72,9 +72,9 @@ class SweepJob:
             write_json(self.jobs / f"{self.num}.json", kept | {"name": name})
             return scored(kept["score"])
         launcher = self.info.get("launcher_pid")
-        # From the job's start: a signal while it loads ends it KILLED too. In a worker of the launcher a
-        # repeated signal is the launcher's copy of the first (lifecycle.SignalGuard).
-        signals = SignalGuard(repeats_are_copies=bool(launcher) and os.getppid() == launcher).install()
+        # From the job's start: a signal while it loads ends it KILLED too, and so does the launcher's
+        # STOP file (a launcher stopped by a signal of its own, or on another machine).
+        flag = StopFlag(self.jobs / STOP_FILE).install()
         write_json(self.jobs / f"{self.num}.start.json", {"overrides": [mask_override(o) for o in self.overrides],
                                                            "pid": os.getpid(),
                                                            "home": str(current_dir())})
@@ -85,12 +85,11 @@ class SweepJob:
             watchdog.busy.set()
         stopped = None
         try:
-            self._stop_if_told()
-            score = float(run_fn(cfg, tags=self.tags(), signals=signals))
+            check()  # a stop that landed between the first look at the STOP file and the start file
+            score = float(run_fn(cfg, tags=self.tags()))
             outcome = {"status": "FINISHED", "name": name, "score": score} | ({"dry_run": True} if cfg.dry_run else {})
-        except KeyboardInterrupt as e:  # the run ended KILLED (with a checkpoint if one was saved)
-            signals.defer = True  # from here, another copy of the signal waits (and is dropped)
-            stopped, ckpt = e, e.checkpoint if isinstance(e, RunKilled) else None
+        except Stopped as e:  # the run ended KILLED (with a checkpoint if one was saved)
+            stopped, ckpt = e, e.checkpoint
             saved = f"checkpoint {ckpt.name} kept" if ckpt is not None else "no checkpoint saved"
             outcome = {"status": "KILLED", "name": name, "error": f"{e}; {saved}"}
         except Exception as e:  # noqa: BLE001 (any failure: record it, let the other jobs go on)
@@ -98,49 +97,19 @@ class SweepJob:
             if not isinstance(e, UserError):
                 traceback.print_exc()
             print(f"deepen-run: error: job {self.num + 1}: {line}", file=sys.stderr)
-            with signals.deferred():  # a signal here waits: the outcome below is written either way
-                self._failed_child(cfg, name, line, signals)
+            self._failed_child(cfg, name, line)
             score, outcome = NO_SCORE, {"status": "FAILED", "name": name, "error": line}
         finally:
             if watchdog is not None:
                 watchdog.busy.clear()
-        with signals.deferred():  # the copy of a signal the launcher passes on must not lose the outcome
-            write_json(self.jobs / f"{self.num}.json", outcome | {"seconds": time.time() - t0})
-        signals.uninstall()
-        if stopped is None and signals.pending is not None and launcher == os.getpid():
-            pass_on(signals.pending)  # it came as the run recorded its end: the basic launcher stops the sweep
+            flag.uninstall()
+        write_json(self.jobs / f"{self.num}.json", outcome | {"seconds": time.time() - t0})
         if watchdog is not None:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        if stopped is not None:
-            if self._stopped_by_launcher():
-                return NO_SCORE  # recorded KILLED; raised, joblib would kill the other workers mid-save
-            pass_on(getattr(stopped, "signum", 2))  # submitit: requeue; basic launcher: stop the sweep
-            raise stopped
-        return scored(score)
-
-    def _stopped_by_launcher(self, wait_s: float = 10.0) -> bool:
-        """Is this job in a worker process of a launcher that is stopping the sweep (its stop file)?
-        Ctrl-C reaches the whole process group at once, so the launcher's handler may write the file
-        a moment after this job has saved: it is given wait_s to appear."""
-        launcher = self.info.get("launcher_pid")
-        if not launcher or os.getpid() == launcher or os.getppid() != launcher:
-            return False  # the launcher's own process (basic launcher), or not its child (SLURM)
-        deadline = time.time() + wait_s
-        while not (self.jobs / STOP_FILE).exists():
-            if time.time() > deadline:
-                return False
-            time.sleep(0.1)
-        return True
-
-    def _stop_if_told(self) -> None:
-        """A stop that landed between this job's first look at the stop file and its start file: the
-        launcher writes the stop file, then looks for started jobs to signal; the job writes its start
-        file, then looks here. One of the two always sees the other, so no job trains on unsignalled
-        (an idle loky worker ignores the Ctrl-C of its process group)."""
-        stop = self.jobs / STOP_FILE
-        if stop.exists():
-            name = stop.read_text().strip() or "SIGINT"
-            raise Interrupted(getattr(signal.Signals, name, signal.SIGINT).value)
+        signum = stopped.signum if stopped is not None else flag.signum
+        if signum is not None and not (launcher and os.getppid() == launcher):  # a worker's launcher has the STOP file
+            pass_on(signum)  # submitit: requeue; the basic launcher: stop the sweep (launch.Launch.on_signal)
+        return NO_SCORE if stopped is not None else scored(score)
 
     def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:
         """resume=auto: this job's run dir holds its FINISHED child of this sweep -> its outcome."""
@@ -159,17 +128,17 @@ class SweepJob:
         return {"status": "FINISHED", "kept": True, "score": run["metrics"].get("eval/score", float("nan")),
                 "seconds": 0.0, "run_id": run["run_id"]} | ({"dry_run": True} if cfg.dry_run else {})
 
-    def _failed_child(self, cfg, name: str, error: str, signals) -> None:
+    def _failed_child(self, cfg, name: str, error: str) -> None:
         """A job that failed before its run existed (bad input) still gets a FAILED child, so the
         MLflow UI shows every job of the sweep and why it failed."""
-        from deepen_run.run.runner import tags_for
+        from deepen_run.run.names import tags_for
         from deepen_run.tracking.store import Tracker, find_runs
 
         try:
             if find_runs(cfg.tracking.uri, cfg.tracking.experiment, {"sweep_id": self.info["sweep_id"],
                                                                      "sweep_job": str(self.num)}):
                 return
-            t = Tracker(cfg.tracking.uri, cfg.tracking.experiment, signals=signals)
+            t = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
             t.start(name, tags_for(cfg) | self.tags() | {"error": error})
             t.log_params(dict(mask_override(o).partition("=")[::2] for o in self.overrides))
             t.end("FAILED")
@@ -184,8 +153,9 @@ def scored(score: Optional[float]) -> Optional[float]:
 
 
 def pass_on(signum: int) -> None:
-    """After a job's run ended KILLED (its own guard is gone), let the process's handler act: the
-    launcher's (basic launcher: stop the sweep) or submitit's (SIGUSR2: requeue the job)."""
+    """After a job's run ended KILLED (its own flag is gone), let the process's handler act, as
+    Lightning composes handlers: the launcher's (basic launcher: stop the sweep) or submitit's
+    (SIGUSR2: requeue the job)."""
     handler = signal.getsignal(signum)
     if callable(handler) and handler is not signal.default_int_handler:
         handler(signum, None)

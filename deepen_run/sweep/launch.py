@@ -5,31 +5,29 @@ One `Launch` object per sweep, made by SweepCallback.on_multirun_start and ended
 drops it when a launcher pickles the callback into a job), the signal handler and atexit hold
 bound methods of it.
 
-Signals: Ctrl-C / SIGTERM of the launching process stops the jobs not yet started, lets the running
-ones save a checkpoint and end KILLED, then ends the parent KILLED and exits 128 + signal number
-(on_signal, _wait_for_jobs). A second signal stops at once.
+Signals: Ctrl-C / SIGTERM of the launching process is recorded (the STOP file): jobs not yet started
+do not start, running ones save a checkpoint and end KILLED at their next check, then the parent
+ends KILLED and the launcher exits 128 + signal number (on_signal, end_stopped).
+A second signal of the same kind stops at once.
 """
 from __future__ import annotations
 
 import atexit
-import os
 import signal
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Optional
 
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.run.runfile import orphan_note
-from deepen_run.run.lifecycle import SIGNALS, Interrupted, alive, reap_orphans
+from deepen_run.run.lifecycle import reap_orphans
+from deepen_run.run.stop import SIGNALS
 from deepen_run.sweep.counts import Counts
-from deepen_run.sweep.jobs import JOBS_DIR, STOP_FILE, SWEEP_FILE
+from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
+from deepen_run.sweep.jobs import STOP_FILE
 from deepen_run.sweep.outcomes import read_outcomes, read_starts, watch
-
-GRACE_S = 300  # how long stopped jobs get to save their checkpoint before the parent is closed
-
 
 class Launch:
     def __init__(self, info: dict, tracker, first_step: int = 0):
@@ -38,11 +36,7 @@ class Launch:
         self.counts = Counts(info["n_jobs"], tracker, first_step)
         self.signum: Optional[int] = None
         self.lock = None  # the sweep dir's launcher lock (sweep/resume.py hold)
-        self.waiter: Optional[threading.Thread] = None
-        self.jobs_ended = threading.Event()
         self.closed = False
-        self.ending = False  # the parent's end is being written (close): a signal waits for it
-        self.late: Optional[int] = None  # a signal that came then: it stops the launcher right after
         self.stop = threading.Event()
         refresh = lambda: sweep_summary.update(info, tracker)  # noqa: E731 (the run note, as each job ends)
         self.watcher = threading.Thread(target=watch, args=(self.dir, info["n_jobs"], self.stop, self.counts, refresh),
@@ -58,65 +52,28 @@ class Launch:
         return self
 
     def on_signal(self, signum, frame) -> None:
-        """Only marks the stop: the stop file, the signal passed on to running jobs, a note. The waiting
-        and the parent's closing happen outside the handler (`_wait_for_jobs`, then on_multirun_end or
-        the fallback in that thread): a handler that waits runs in the main thread, which the signal
-        may have caught inside one of its own MLflow writes, holding SQLite's write lock while the
-        jobs' own closing writes wait on it ("database is locked")."""
-        if self.ending:  # raised now, the parent would stay RUNNING: close() raises it once it is ended
-            self.late = signum
+        """Only records the stop: the STOP file, which every job reads at its next check (a job in a
+        worker also has the signal from its process group), and a note. The jobs end their own runs
+        KILLED and return; the sweeper then returns and end_stopped closes the parent. A second
+        signal of the same kind stops the launcher at once; its parent is then closed KILLED by the
+        orphan reaper of a later run (its pid is gone)."""
+        if signum == self.signum:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
             return
-        if self.signum is not None or self.closed:
-            raise Interrupted(signum)  # the user insists: stop now
+        if self.signum is not None or self.closed:  # stopping already, or the parent is being ended
+            self.signum = self.signum or signum
+            return
         self.signum = signum
-        jobs = self.dir / JOBS_DIR
-        (jobs / STOP_FILE).write_text(f"{signal.Signals(signum).name}\n")
-        running = self._running()
-        if not running:  # nothing to wait for (a job of the basic launcher has ended KILLED already)
-            self.close(interrupted=True)
-            raise SystemExit(128 + signum)
-        print(f"[sweep {self.info['sweep_id']}] stopping: {len(running)} running job(s) save a checkpoint "
-              f"and end KILLED (a second {signal.Signals(signum).name} stops at once)", file=sys.stderr, flush=True)
-        self.waiter = threading.Thread(target=self._wait_for_jobs, args=(signum,), name="deepen-sweep-stop",
-                                       daemon=True)
-        self.waiter.start()
-
-    def _wait_for_jobs(self, signum: int) -> None:
-        """Pass the signal to each running job once (a job that started as the stop landed too; a job
-        ignores the copy its process group already got), until every one has ended or GRACE_S passed.
-        The jobs end their own runs; the launcher's joblib call then returns and on_multirun_end closes
-        the parent. Past GRACE_S (a job that hangs), the parent is closed here and the process ends."""
-        told: set[int] = set()
-        deadline = time.time() + GRACE_S
-        running = self._running()
-        while running and time.time() < deadline:
-            for pid in set(running.values()) - told:
-                told.add(pid)
-                try:
-                    os.kill(pid, signum)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.2)
-            running = self._running()
-        self.jobs_ended.set()
-        if running:
-            self.close(interrupted=True)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(128 + signum)
+        (self.dir / JOBS_DIR / STOP_FILE).write_text(f"{signal.Signals(signum).name}\n")
+        print(f"[sweep {self.info['sweep_id']}] stopping: running jobs save a checkpoint and end KILLED (a second "
+              f"{signal.Signals(signum).name} stops at once)", file=sys.stderr, flush=True)
 
     def end_stopped(self) -> None:
-        """After the sweeper returned from a stopped sweep: wait for the stop's waiter, close the
-        parent KILLED, exit 128 + signal number."""
-        self.jobs_ended.wait(GRACE_S + 60)
+        """After the sweeper returned from a stopped sweep (every job has returned): close the parent
+        KILLED, exit 128 + signal number."""
         self.close(interrupted=True)
         raise SystemExit(128 + self.signum)
-
-    def _running(self) -> dict[int, int]:
-        """Jobs started in another process and not ended yet: job number -> pid."""
-        ended = read_outcomes(self.dir)
-        return {k: s["pid"] for k, s in read_starts(self.dir).items()
-                if k not in ended and s.get("pid") and s["pid"] != os.getpid() and alive(s["pid"])}
 
     def at_exit(self) -> None:
         """The process ends without on_multirun_end (a signal, or the sweeper raised): KILLED, to be
@@ -160,26 +117,18 @@ class Launch:
         info, tracker = self.info, self.tracker
         if interrupted:  # jobs whose process died before ending their run
             reap_orphans(tracker, f"tags.sweep_id = '{info['sweep_id']}'", wait_s=60, note=orphan_note)
-        self.ending = True
-        try:
-            status, c = self._end_parent(interrupted)
-        finally:
-            self.ending = False
+        status, c = self._end_parent(interrupted)
         if interrupted:
             saved = c.with_checkpoint(self.dir)
             print(f"deepen-run: sweep stopped by {self._why()}; its parent and {c.killed} unfinished job(s) are KILLED "
                   f"({saved} with a checkpoint), {c.pending} not started; continue the sweep with the same command "
                   f"plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
-        if self.late is not None:  # the parent is ended; the rest (the summary) is skipped
-            if not interrupted:
-                raise Interrupted(self.late)
-            return c.n - c.finished  # stopping already (a handler, the stop's thread or atexit): no raise
         # The final note, figure and table on the parent; the table and the UI links printed last.
         sweep_summary.finish(self.info, self.tracker, status, show_table=bool(c.finished) and not interrupted)
         return c.n - c.finished
 
     def _why(self):
-        return Interrupted(self.signum) if self.signum is not None else "the launcher exited early"
+        return signal.Signals(self.signum).name if self.signum is not None else "the launcher exited early"
 
     def _end_parent(self, interrupted: bool):
         """The counts, the why and the status on the parent, which is ended. -> (status, counts)"""

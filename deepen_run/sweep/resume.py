@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepen_run.errors import UserError
-from deepen_run.sweep.jobs import JOBS_DIR
+from deepen_run.run.clean import JOBS_DIR
 
 
 def jobs_of(config) -> Optional[list[list[str]]]:

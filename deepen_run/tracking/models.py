@@ -42,12 +42,9 @@ def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], 
     client: MlflowClient = tracker.client
     model = None
     try:
-        # A signal at the end of the call that creates the model waits for `model` to be set, so the
-        # model is finalized (FAILED) below: raised first, it left a PENDING model the run never saw.
-        with tracker.whole():
-            model = client.create_logged_model(tracker.experiment_id, name=name, source_run_id=tracker.run_id,
-                                               tags=tags, params={k: str(v)[:6000] for k, v in params.items()},
-                                               model_type=MODEL_TYPE)
+        model = client.create_logged_model(tracker.experiment_id, name=name, source_run_id=tracker.run_id,
+                                           tags=tags, params={k: str(v)[:6000] for k, v in params.items()},
+                                           model_type=MODEL_TYPE)
         where = local_dir(model.artifact_location)
         if where is not None:
             where.mkdir(parents=True, exist_ok=True)
@@ -59,12 +56,11 @@ def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], 
         link_metrics(client, tracker.run_id, model.model_id, datasets or {})
         client.log_outputs(tracker.run_id, [LoggedModelOutput(model.model_id, step)])
         client.set_tag(tracker.run_id, MODEL_TAG, model.model_id)
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
     except BaseException:
         if model is not None:
             client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
         raise
-    # Out of the try: a signal at this call's end (raised as it returns) must not turn READY into FAILED
-    client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
     return model.model_id
 
 

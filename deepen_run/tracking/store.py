@@ -6,7 +6,6 @@ Off the main process every call is a no-op, so only rank 0 writes.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import logging
@@ -21,8 +20,7 @@ from mlflow.utils.validation import MAX_TAG_VAL_LENGTH as TAG_LIMIT  # the longe
 
 from deepen_run.masking import mask_string, mask_uri, secret_env_values
 from deepen_run.errors import UserError
-from deepen_run.tracking.connect import (  # noqa: F401 (has_schema, create_schema_once: this module's API)
-    create_schema_once, get_experiment_id, has_schema, health, prepare_store)
+from deepen_run.tracking.connect import create_schema_once, get_experiment_id, health, prepare_store
 from deepen_run.util import first_line, sqlite_path
 
 STATUS = ("FINISHED", "FAILED", "KILLED")
@@ -86,31 +84,9 @@ def git_commit() -> str:
         return "unknown"
 
 
-class Whole:
-    """An MlflowClient whose every call runs whole: a signal that comes during one acts at its end
-    (`guard`: the run's lifecycle.SignalGuard, whose atomic() says why)."""
-
-    def __init__(self, client: MlflowClient, guard):
-        self.inner, self.guard = client, guard
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("inner", "guard"):  # copy and pickle look before __init__ ran
-            raise AttributeError(name)
-        attr = getattr(self.inner, name)
-        if not callable(attr):
-            return attr
-
-        @functools.wraps(attr)
-        def whole(*args, **kwargs):
-            with self.guard.atomic():
-                return attr(*args, **kwargs)
-        return whole
-
-
 class Tracker:
-    def __init__(self, uri: str, experiment: str, enabled: bool = True, signals=None):
-        """signals: the run's SignalGuard, whose handler raises: MLflow calls are made whole (Whole)."""
-        self.uri, self.experiment, self.enabled, self.signals = uri, experiment, enabled, signals
+    def __init__(self, uri: str, experiment: str, enabled: bool = True):
+        self.uri, self.experiment, self.enabled = uri, experiment, enabled
         self.shown = mask_uri(uri)  # what a message may print: never a user:password@'s password
         if enabled and self.shown != uri:
             import os
@@ -129,16 +105,10 @@ class Tracker:
             try:
                 create_schema_once(uri)  # before MlflowClient(), which opens (and migrates) the store
                 self.client = MlflowClient(tracking_uri=uri)
-                if signals is not None:
-                    self.client = Whole(self.client, signals)
             except Exception as e:  # noqa: BLE001 (a database URI whose driver is not installed, say)
                 hint = "install its database driver" if missing_driver(e) else "check it (or mlflow db upgrade it)"
                 raise UserError(f"tracking.uri={self.shown}: cannot open the store ({hide(first_line(e, 200))}); "
                                 f"{hint}, or use the default local store") from e
-
-    def whole(self):
-        """A block of calls that runs whole, as each call does (Whole): a signal acts at its end."""
-        return self.signals.atomic() if self.signals is not None else contextlib.nullcontext()
 
     def check(self) -> None:
         """Reach the store now: better to fail at start than after an hour of training.

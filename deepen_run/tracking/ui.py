@@ -115,14 +115,19 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
             fail(f"port {port} is not free ({e.strerror}): another server holds it; pick another with "
                  f"make ui UI_PORT=<port>", 1, prog="make ui")
     proc = subprocess.Popen(cmd, start_new_session=True, env=env)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    # Ctrl-C and SIGTERM are only recorded (the handler raises nothing); the waits below look at them.
+    asked: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: asked.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while proc.poll() is None:
+        while proc.poll() is None and not asked:
             try:
                 if urllib.request.urlopen(f"{base}/health", timeout=2).status == 200:
                     break
             except OSError:
                 time.sleep(0.5)
+        if asked:
+            return stop(proc)
         if proc.poll() is not None:
             return proc.returncode or 1  # it exited before it answered: not a success
         client = MlflowClient(store)
@@ -134,15 +139,12 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
                 apply(client, exp.experiment_id, sorted({k for r in runs for k in r.data.metrics}))
                 print(f"  {name}: {table_url(shown, exp.experiment_id)}")
         sys.stdout.flush()
-        return proc.wait()
-    except KeyboardInterrupt:
-        return stop(proc)
+        while proc.poll() is None and not asked:
+            time.sleep(0.2)
+        return stop(proc) if asked else proc.returncode
     finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> int:

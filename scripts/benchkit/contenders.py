@@ -28,7 +28,6 @@ from deepen_run.data import metrics as glue_metrics
 from deepen_run.run.fast import enable_tf32, make_accelerator, optimizer_impl, resolve_precision
 from deepen_run.run.checkpoint import Checkpointer
 from deepen_run.run.context import RunContext
-from deepen_run.run.lifecycle import SignalGuard
 from deepen_run.methods import METHODS
 from deepen_run.model.heads import new_parameters, task_loss
 from deepen_run.run.predict import batch_inputs
@@ -82,7 +81,7 @@ def deepen_run(cfg, spec, tok, ordered, dev, init_state, lap, tracking_uri) -> d
                accelerator=accelerator, tracker=tracker, sampler=sampler, streams={spec.name: loader},
                regression={spec.name: spec.is_regression}, dev={spec.name: dev_loader},
                eval_specs={spec.name: spec}, saver=_LapSaver(lap, tcfg, accelerator, tcfg.max_steps),
-               signals=SignalGuard(), total=tcfg.max_steps, start=0)
+               total=tcfg.max_steps, start=0)
     torch.manual_seed(cfg.seed)
     lap.begin()
     status = "FAILED"

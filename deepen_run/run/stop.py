@@ -1,0 +1,81 @@
+"""Stopping by agreement: a signal handler only records the signal; the run stops where it chooses.
+
+SIGINT (Ctrl-C), SIGTERM (kill, SLURM pre-emption), SIGHUP (a closed terminal) and SIGUSR1/SIGUSR2
+(what schedulers send before a time limit, e.g. sbatch --signal=USR1@120) are recorded by `StopFlag`
+and nothing else happens in the handler: no code is interrupted, so no MLflow write, import or
+library call is ever cut in half. The run calls `check()` where stopping is clean (the end of each
+optimizer step, between evaluation batches, between tasks while loading, around publishing), which
+raises `Stopped` there. A second signal of the same kind restores the default disposition and
+re-raises it: the process ends at once (the orphan reaper later closes its run KILLED).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Optional
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class Stopped(Exception):
+    """A signal asked the run to stop, raised at a point the run chose. Not a KeyboardInterrupt: code
+    that catches everything (datasets' bare `except:`) never sees it. recorded: the run is ended
+    KILLED (run.record.RunRecord), leaving `checkpoint` (None: none saved)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum, self.recorded, self.checkpoint = signum, False, None
+
+
+class StopFlag:
+    """The process's handler for SIGNALS while a run (or a sweep job) is going. stop_file: a sweep's
+    STOP file, written by its launcher when the launcher was stopped (jobs on other machines)."""
+
+    def __init__(self, stop_file: Optional[Path] = None):
+        self.signum: Optional[int] = None
+        self.stop_file = stop_file
+        self.previous: dict = {}  # the handlers replaced: given back by uninstall (a launcher's, submitit's)
+
+    def install(self) -> "StopFlag":
+        if threading.current_thread() is threading.main_thread():  # a launcher's thread: signals stay its own
+            self.previous = {sig: signal.signal(sig, self._record) for sig in SIGNALS}
+        return self
+
+    def uninstall(self) -> None:
+        for sig, before in self.previous.items():
+            signal.signal(sig, before if before is not None else signal.SIG_DFL)
+        self.previous = {}
+
+    def _record(self, signum, frame) -> None:
+        if signum == self.signum:  # the user insists: stop now, the default way
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        self.signum = self.signum or signum
+
+    def requested(self) -> Optional[int]:
+        """The signal that asked to stop, from this process or the sweep's launcher, or None."""
+        if self.signum is None and self.stop_file is not None and self.stop_file.exists():
+            name = self.stop_file.read_text().strip()
+            self.signum = getattr(signal.Signals, name, signal.SIGTERM).value
+        return self.signum
+
+
+def installed() -> Optional[StopFlag]:
+    """The flag whose handler the process has now (the OS's handler table is where it lives)."""
+    owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return owner if isinstance(owner, StopFlag) else None
+
+
+def check(accelerator=None) -> None:
+    """Raise Stopped if a stop was asked. With several processes every rank calls it at the same
+    point and they agree through Accelerate's trigger: one rank's signal stops them all."""
+    flag = installed()
+    signum = flag.requested() if flag is not None else None
+    if accelerator is not None and accelerator.num_processes > 1:
+        if signum is not None:
+            accelerator.set_trigger()
+        if accelerator.check_trigger():
+            raise Stopped(signum or signal.SIGTERM)
+    elif signum is not None:
+        raise Stopped(signum)
