@@ -154,14 +154,17 @@ def test_gated_copies_compute_the_original_function_at_step_0(method):
     x = token_batch()
     with torch.no_grad():
         want = plain(**x, output_hidden_states=True)
+    # LoRA freezes the encoder by default: here it trains it, so the copies' learning rate is checked too.
     cfg = make_cfg("backbone=tiny", f"method={method}", "backbone.duplicate_layers=[0,1,1]",
-                   "backbone.duplicate_init=gated", "train.new_params_lr_scale=10")
+                   "backbone.duplicate_init=gated", "train.new_params_lr_scale=10",
+                   *(["method.train_backbone=true"] if method == "lora" else []))
     torch.manual_seed(0)
     backbone = bb.load_model(cfg.backbone)
     loaded = tuple(backbone.parameters())
     added = backbone_steps.apply(backbone, cfg)
     assert len(added.new) == 3 and all(g.item() == 0 for g in added.new)
     model = METHODS[method].build(backbone, cfg.method, get_tasks(["sst2"])).eval()
+    backbone_steps.train_new(added)  # as the runner does: where a method froze the backbone (LoRA), the gates still train
     with torch.no_grad():
         got = model.backbone(**x, output_hidden_states=True)
     assert torch.equal(got.last_hidden_state, want.last_hidden_state)

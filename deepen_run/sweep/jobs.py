@@ -109,6 +109,12 @@ class SweepJob:
         signum = stopped.signum if stopped is not None else flag.signum
         if signum is not None and not (launcher and os.getppid() == launcher):  # a worker's launcher has the STOP file
             pass_on(signum)  # submitit: requeue; the basic launcher: stop the sweep (launch.Launch.on_signal)
+            if stopped is not None and launcher and launcher != os.getpid():
+                # A scheduler's job (SLURM: SIGTERM of `scontrol requeue`, which submitit's handler only
+                # logs): end as the signal does, so submitit writes no result and its launcher waits for
+                # the requeued attempt, which resumes this run.
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
         return NO_SCORE if stopped is not None else scored(score)
 
     def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:
