@@ -81,25 +81,43 @@ def timed_phases(argv: list[str], env: dict, marks: Path) -> dict:
     return {"wall_s": t1 - t0, "phases_s": out, "dev_accuracy": accuracy(r.stdout)}
 
 
-def measure(rounds: int = 3, steps: int = 150) -> dict:
+def bf16_cpu() -> bool:
+    """Without AMX or AVX-512 BF16 the Trainer's bf16 autocast is emulated: 150 steps took over 45
+    minutes on a 2-core AVX2-only EPYC, and the ratio says nothing a user of that CPU would choose."""
+    import torch
+
+    from deepen_run.precision import cpu_flags
+    return bool({"amx_bf16", "avx512_bf16"} & cpu_flags()) or torch.cuda.is_available()
+
+
+def measure(rounds: int = 3, steps: int = 150, bf16_trainer: bool | None = None) -> dict:
+    """bf16_trainer None: time the Trainer with bf16=True only where the CPU (or a GPU) has bf16."""
     root = str(ROOT)
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     load0 = os.getloadavg()
-    runs = {"deepen-run": [], "trainer": [], "trainer-bf16": []}
+    names = ["deepen-run", "trainer", "trainer-bf16"]
+    if not (bf16_cpu() if bf16_trainer is None else bf16_trainer):
+        print("bench: no bf16 on this CPU, so the Trainer's bf16=True contender is left out", flush=True)
+        names.remove("trainer-bf16")
+    runs = {n: [] for n in names}
     with tempfile.TemporaryDirectory(prefix="deepen-bench-whole-") as tmp:
         marks = Path(tmp) / "marks.txt"
-        for n, argv in _commands(tmp, 0, 1).items():  # warm-up: caches, the metric script
+        for n in names:  # warm-up: caches, the metric script
             print(f"bench: warm-up {n}", flush=True)
-            timed_phases(argv, env, marks)
+            timed_phases(_commands(tmp, 0, 1)[n], env, marks)
         for r in range(1, rounds + 1):
             cmds = _commands(tmp, r, steps)
-            names = list(cmds)[r % 3:] + list(cmds)[:r % 3]  # each goes first once in 3 rounds
-            for n in (names if r % 2 else names[::-1]):
+            order = names[r % len(names):] + names[:r % len(names)]  # each goes first once in a cycle
+            if len(names) == 3 and r % 2 == 0:
+                order.reverse()
+            for n in order:
                 print(f"bench: round {r}/{rounds}: {n}, {steps} steps", flush=True)
                 runs[n].append(timed_phases(cmds[n], env, marks))
     out = {"steps": steps, "rounds": rounds, "runs": runs, "loadavg_start": load0, "loadavg_end": os.getloadavg()}
     for n, key in (("trainer", "x_trainer"), ("trainer-bf16", "x_trainer_bf16")):
+        if n not in runs:
+            continue
         ratios = [t["wall_s"] / d["wall_s"] for t, d in zip(runs[n], runs["deepen-run"])]
         out[key], out[key + "_ratios"] = statistics.median(ratios), ratios
     out["ratios"] = out["x_trainer_ratios"]
