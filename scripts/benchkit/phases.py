@@ -82,7 +82,7 @@ def timed_phases(argv: list[str], env: dict, marks: Path) -> dict:
 
 
 def bf16_cpu() -> bool:
-    """Without AMX or AVX-512 BF16 the Trainer's bf16 autocast is emulated: 150 steps took over 45
+    """Without AMX or AVX-512 BF16 the Trainer's bf16 autocast is emulated: 150 steps had not ended after 40
     minutes on a 2-core AVX2-only EPYC, and the ratio says nothing a user of that CPU would choose."""
     import torch
 
