@@ -10,8 +10,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_sst2_learns_and_is_recorded(glue_dir, mlflow_uri):
-    # Measured: ACC at these settings (seed 1); chance is 0.51 (444/872 positive). 30 steps at 1e-4
-    # learn as far as 60 at 5e-5 did (0.776) for half the training time, the suite's longest test.
+    # Measured: 0.767 at these settings (seed 1); chance is 0.51 (444/872 positive). 30 steps at 1e-4
+    # learn about as far as 60 at 5e-5 did (0.776) for half the training (the suite's longest test).
     r = cli("task=sst2", "backbone=minilm", f"data.glue_dir={glue_dir}", "data.max_train_samples=2000",
             "train.max_steps=30", "train.learning_rate=1e-4", "seed=1", f"tracking.uri={mlflow_uri}")
     assert r.returncode == 0, r.stderr[-3000:]
