@@ -10,9 +10,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_sst2_learns_and_is_recorded(glue_dir, mlflow_uri):
-    # Measured: 0.776 at these settings (seed 1); chance is 0.51 (444/872 positive).
+    # Measured: 0.767 at these settings (seed 1); chance is 0.51 (444/872 positive). 30 steps at 1e-4
+    # learn about as far as 60 at 5e-5 did (0.776) for half the training (the suite's longest test).
     r = cli("task=sst2", "backbone=minilm", f"data.glue_dir={glue_dir}", "data.max_train_samples=2000",
-            "train.max_steps=60", "train.learning_rate=5e-5", "seed=1", f"tracking.uri={mlflow_uri}")
+            "train.max_steps=30", "train.learning_rate=1e-4", "seed=1", f"tracking.uri={mlflow_uri}")
     assert r.returncode == 0, r.stderr[-3000:]
     client, runs = runs_of(mlflow_uri)
     assert len(runs) == 1
@@ -27,11 +28,11 @@ def test_sst2_learns_and_is_recorded(glue_dir, mlflow_uri):
     assert m["params/backbone"] == 22713216 and m["params/heads"] == 384 * 2 + 2
     assert m["params/ratio"] == pytest.approx(m["params/total"] / m["params/backbone"])
     assert m["model/num_layers"] == 6
-    assert run.data.params["train.max_steps"] == "60" and run.data.params["data.max_train_samples"] == "2000"
+    assert run.data.params["train.max_steps"] == "30" and run.data.params["data.max_train_samples"] == "2000"
     losses = client.get_metric_history(run.info.run_id, "train/loss")
-    assert [x.step for x in losses] == [10, 20, 30, 40, 50, 60]
+    assert [x.step for x in losses] == [10, 20, 30]
     assert losses[-1].value < losses[0].value
-    assert len(client.get_metric_history(run.info.run_id, "train/lr")) == 6
+    assert len(client.get_metric_history(run.info.run_id, "train/lr")) == 3
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "metrics.json", "predictions"} <= arts
     metrics = json.load(open(client.download_artifacts(run.info.run_id, "metrics.json")))
@@ -43,9 +44,11 @@ def test_sst2_learns_and_is_recorded(glue_dir, mlflow_uri):
 
 
 def test_multitask_records_every_official_metric(glue_dir, mlflow_uri):
+    # What is asserted is that every official metric is computed and combined, not its value: 64 dev
+    # rows a task and 64 tokens (MiniLM's time grows with both; MRPC and RTE pairs are long) do that.
     r = cli("task.names=[mrpc,stsb,cola,rte]", "schedule=sqrt", "backbone=minilm", f"data.glue_dir={glue_dir}",
-            "data.max_train_samples=300", "data.max_eval_samples=200", "train.max_steps=16", "train.batch_size=16",
-            "train.steps_per_epoch=8", f"tracking.uri={mlflow_uri}")
+            "data.max_train_samples=300", "data.max_eval_samples=64", "data.max_seq_length=64", "train.max_steps=16",
+            "train.batch_size=16", "train.steps_per_epoch=8", f"tracking.uri={mlflow_uri}")
     assert r.returncode == 0, r.stderr[-3000:]
     client, (run,) = runs_of(mlflow_uri)
     m = run.data.metrics
