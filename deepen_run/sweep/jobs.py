@@ -18,11 +18,13 @@ from typing import Callable, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from deepen_run.errors import UserError
 from deepen_run.masking import mask_override, mask_string, secret_env_values
-from deepen_run.run.stop import Stopped, StopFlag, check
 from deepen_run.run.clean import JOBS_DIR
+from deepen_run.run.names import run_name
+from deepen_run.run.stop import Stopped, StopFlag, check
 from deepen_run.sweep import summary
 from deepen_run.sweep.outcomes import previous, start_line, write_json
 from deepen_run.util import first_line as _one_line
@@ -44,15 +46,12 @@ class SweepJob:
                 "sweep_role": "child", "sweep_job": str(self.num)} | summary.child_tags(self.info, self.overrides)
 
     def run(self, cfg, run_fn: Callable[..., float]) -> Optional[float]:
-        from deepen_run.run.names import run_name
         from deepen_run.run.resume import current_dir
 
         t0 = time.time()
         if (self.jobs / STOP_FILE).exists():
             return NO_SCORE  # the sweep was stopped by a signal before this job began: it stays pending
         if not cfg.tracking.run_name:  # short, the swept values first
-            from omegaconf import OmegaConf
-
             # the child's own config, named: the job's config (Hydra's) stays as it was given
             named = summary.child_name(cfg, cfg.seed, self.info, self.overrides)
             cfg = OmegaConf.merge(cfg, {"tracking": {"run_name": named}})

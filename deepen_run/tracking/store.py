@@ -20,6 +20,7 @@ import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH as TAG_LIMIT  # the longest tag value MLflow stores
+from sqlalchemy.exc import NoSuchModuleError
 
 from deepen_run.masking import mask_string, mask_uri, secret_env_values
 from deepen_run.errors import UserError
@@ -53,8 +54,6 @@ def _recorded(method):
 
 def missing_driver(e: BaseException) -> bool:
     """Did opening a store fail for want of a Python package (psycopg2, pymysql, a dialect)?"""
-    from sqlalchemy.exc import NoSuchModuleError
-
     while e is not None:
         if isinstance(e, (ImportError, NoSuchModuleError)):
             return True
