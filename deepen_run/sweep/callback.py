@@ -101,8 +101,6 @@ def open_sweep(config):
     again = f"; attempt {info['attempt']}, continuing the interrupted sweep" if old is not None else ""
     print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "
           f"experiment {experiment!r} ({mask_uri(uri)}); outputs in {sweep_dir}{again}", flush=True)
-    launch = Launch(info, tracker, first_step)
-    launch.lock = lock  # held for the launcher's life: closed when the sweep ends, or by the kernel at exit
-    launch.begin()
+    launch = Launch(info, tracker, first_step, lock).begin()
     sweep_summary.start(info, tracker)  # the run note (results table), kept up to date as jobs end
     return launch

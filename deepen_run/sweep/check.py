@@ -14,7 +14,11 @@ import copy
 import itertools
 from typing import Optional
 
+from hydra import compose
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from deepen_run.errors import UserError, composition_line
 from deepen_run.util import one_line
@@ -25,8 +29,6 @@ def job_overrides(config) -> Optional[list[list[str]]]:
     sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
     if not sweeper.endswith("BasicSweeper"):
         return None
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     args = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in config.hydra.overrides.task]
     axes: dict[str, list[str]] = {}  # a later override of a key replaces an earlier one, as in Hydra
@@ -48,8 +50,6 @@ def composer(config_name: str):
     """compose(job) for the jobs of one sweep: most sweeps repeat each setting over seeds, so a setting
     is composed once and each of its seeds gets a copy with `seed` set, which is what composing that
     job gives (a plain value; a `${seed}` elsewhere resolves when read)."""
-    from hydra import compose
-
     made: dict[tuple, object] = {}
 
     def one(job: list[str]):
@@ -107,9 +107,6 @@ def check_jobs(config) -> None:
             better = typo(str(e), job, methods_swept=len(methods) > 1)
             if better is not None:
                 raise UserError(f"{which}: {better}; nothing was launched") from None
-            from hydra.errors import HydraException
-            from omegaconf.errors import OmegaConfBaseException
-
             said = composition_line(e, job) if isinstance(e, (HydraException, OmegaConfBaseException)) else \
                 f"{type(e).__name__}: {_one_line(e)}"
             raise UserError(f"{which}: {said}; nothing was launched") from None

@@ -27,12 +27,12 @@ from deepen_run.sweep.resume import LOCK
 
 
 class Launch:
-    def __init__(self, info: dict, tracker, first_step: int = 0):
+    def __init__(self, info: dict, tracker, first_step: int = 0, lock=None):
         self.info, self.tracker = info, tracker
         self.dir = Path(info["dir"])
         self.counts = Counts(info["n_jobs"], tracker, first_step)
         self.signum: Optional[int] = None
-        self.lock = None  # the sweep dir's launcher lock (sweep/resume.py hold)
+        self.lock = lock  # the sweep dir's launcher lock (resume.hold), held for the launcher's life
         self.closed = False
         self.stop = threading.Event()
         refresh = lambda: sweep_summary.update(info, tracker)  # noqa: E731 (the run note, as each job ends)

@@ -10,12 +10,12 @@ from typing import Optional
 
 from deepen_run.errors import UserError
 from deepen_run.run.clean import JOBS_DIR
+from deepen_run.run.lifecycle import exclusive, holder
+from deepen_run.sweep.check import job_overrides
 
 
 def jobs_of(config) -> Optional[list[list[str]]]:
     """Each job's overrides without `resume` (asking to resume does not change a job)."""
-    from deepen_run.sweep.check import job_overrides
-
     jobs = job_overrides(config)
     if jobs is None:
         return None
@@ -55,8 +55,6 @@ def hold(sweep_dir: Path):
     the launcher's life (the returned open file; lifecycle.exclusive). A killed launcher never blocks
     the resume. A second launcher (two resumes of one sweep at once) gets a UserError before it
     touches the parent or any job."""
-    from deepen_run.run.lifecycle import exclusive, holder
-
     (sweep_dir / JOBS_DIR).mkdir(parents=True, exist_ok=True)
     try:
         return exclusive(sweep_dir / JOBS_DIR / LOCK)

@@ -13,6 +13,8 @@ import sys
 from typing import Optional
 from urllib.parse import quote
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
 from deepen_run.run.names import run_name
 from deepen_run.sweep.figure import figure, score_points
 from deepen_run.tracking import ui
@@ -27,8 +29,6 @@ STANDARD = ("backbone", "method", "task", "schedule", "seed")
 def _is_sweep(key: str, value: str) -> bool:
     """`1,2,3`, range(...), choice(...), interval(...): Hydra's own parser decides, so a plain
     list value (`method.layers=[2,3]`) is not taken for a sweep."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     try:
         return OverridesParser.create().parse_override(f"{key}={value}").is_sweep_override()
     except Exception:  # noqa: BLE001 (glob() and friends need Hydra's config loader: not a plain value)
@@ -94,11 +94,6 @@ def child_name(base, seed, info: dict, overrides: list[str]) -> str:
     if "seed" in axes:
         base = base.removesuffix(f"-s{seed}")
     return " ".join(values) + " · " + base
-
-
-def columns(params: dict[str, str]) -> list[str]:
-    """The runs table's columns for the swept keys (deepen_run/tracking/ui.py puts them after eval/score)."""
-    return [f"tags.`{k}`" for k in swept(params)]
 
 
 # -- the note --------------------------------------------------------------------------------------
@@ -198,10 +193,11 @@ def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
 
 
 def start(info: dict, tracker) -> None:
-    """At the sweep's start: the swept keys as columns, the note (empty, or a resumed sweep's so far),
-    which the job watcher rebuilds as jobs end (sweep/outcomes.py watch, on_end=update)."""
+    """At the sweep's start: the swept keys as the runs table's columns, the note (empty, or a resumed
+    sweep's so far), which the job watcher rebuilds as jobs end (sweep/outcomes.py watch, on_end=update)."""
     try:
-        ui.apply(tracker.client, tracker.experiment_id, (), info["parent_run_id"], columns(info["params"]))
+        swept_columns = [f"tags.`{k}`" for k in swept(info["params"])]
+        ui.apply(tracker.client, tracker.experiment_id, (), info["parent_run_id"], swept_columns)
         if info.get("attempt", 1) > 1:
             update(info, tracker)  # a resumed sweep: the earlier attempts' children at once
         else:
@@ -227,18 +223,14 @@ def finish(info: dict, tracker, status: str, show_table: bool) -> None:
         print(f"deepen-run: warning: the sweep's report failed: {first_line(e)}", file=sys.stderr)
 
 
-def compare_url(base: str, experiment_id: str, run_ids: list[str]) -> str:
-    runs, exps = (quote(json.dumps(v, separators=(",", ":"))) for v in (run_ids, [experiment_id]))
-    return f"{base}/#/compare-runs?runs={runs}&experiments={exps}&workflowType=machine_learning"
-
-
 def links(info: dict, tracker) -> str:
     from deepen_run.run.summary import ui_hint
 
     base, how = ui_hint(info["uri"])
-    runs = current_children(info)
-    exp = tracker.experiment_id
+    exp, ids = tracker.experiment_id, [r["run_id"] for r in current_children(info)]
+    runs, exps = (quote(json.dumps(v, separators=(",", ":"))) for v in (ids, [exp]))
+    compare = f"{base}/#/compare-runs?runs={runs}&experiments={exps}&workflowType=machine_learning"
     return "\n".join([
-        f"  compare the children  {compare_url(base, exp, [r['run_id'] for r in runs])}  ({how})",
+        f"  compare the children  {compare}  ({how})",
         f"  the sweep's parent    {ui.run_url(base, exp, info['parent_run_id'])}",
         f"  the table again       deepen-report --sweep-id {info['sweep_id']}{_store_args(info)}"])
