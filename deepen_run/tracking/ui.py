@@ -25,6 +25,7 @@ import time
 import urllib.request
 
 from deepen_run.errors import fail
+from deepen_run.masking import mask_uri
 
 KIND = ("mlflow.experimentKind", "custom_model_development")
 VIEW = "deepen-run"  # the share key
@@ -86,8 +87,6 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     from mlflow.tracking import MlflowClient
 
     if store.startswith(("http://", "https://")):  # MLFLOW_TRACKING_URI names a server: it serves its own UI
-        from deepen_run.masking import mask_uri
-
         print(f"{mask_uri(store)} is a tracking server: its UI is {mask_uri(store).rstrip('/')}/ (nothing to start)")
         return 0
     base, shown = f"http://127.0.0.1:{port}", f"http://localhost.:{port}"  # see the module's docstring
