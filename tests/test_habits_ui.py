@@ -47,7 +47,7 @@ def test_the_parent_note_starts_with_every_row_in_one_short_paragraph():
     from deepen_run.run.summary import DEFAULT_STORE
 
     info = {"sweep_id": "S", "n_jobs": 6, "params": {}, "uri": DEFAULT_STORE, "experiment": "deepen-run"}
-    note = summary.note(info, [], TABLE, "FINISHED", ["rte"])
+    note = summary.note(info, [], TABLE, "FINISHED")
     first = note.split("\n\n")[0]
     assert "\n" not in first and first.startswith("**Sweep S** (FINISHED): 0 of 6 jobs finished")
     assert first.endswith("Avg (dev x100, mean ± std over seeds): **#1** baseline: **51.8 ± 0.3** (baseline) (n 2) · "
@@ -69,10 +69,10 @@ def test_a_note_too_long_for_a_tag_points_to_the_whole_table_instead_of_losing_r
     info = {"sweep_id": "S", "n_jobs": 120, "params": {"sweep.overrides": "seed=1,2"}, "uri": DEFAULT_STORE,
             "experiment": "deepen-run"}
     assert TAG_LIMIT == 8000
-    note = summary.note(info, [], big, "FINISHED", ["rte"])
+    note = summary.note(info, [], big, "FINISHED")
     assert len(note) <= TAG_LIMIT and "report/results.md" in note and "deepen-report --sweep-id S" in note
     assert note.endswith("Command: `deepen-run -m seed=1,2`"), note[-200:]
-    assert summary.note(info, [], TABLE, "FINISHED", ["rte"]).count("| 3 | tiny |") == 1  # a short table stays whole
+    assert summary.note(info, [], TABLE, "FINISHED").count("| 3 | tiny |") == 1  # a short table stays whole
     tracker = Tracker(f"sqlite:///{tmp_path}/m.db", "notes")
     tracker.start("long", {})
     tracker.set_tags({summary.NOTE: "x" * 7000})

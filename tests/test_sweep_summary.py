@@ -95,7 +95,7 @@ def test_the_note_follows_the_children_as_they_finish(mlflow_uri, tmp_path):
     """The launching process's job watcher rebuilds the note when a job's outcome file appears."""
     import threading
 
-    from deepen_run.sweep.counts import Counts
+    from deepen_run.sweep.outcomes import Counts
     from deepen_run.sweep.outcomes import watch
 
     params = {"method.gru_layers": "1,2", "seed": "1,2", "sweep.overrides": "method.gru_layers=1,2 seed=1,2"}

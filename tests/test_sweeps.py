@@ -86,14 +86,13 @@ def test_report_cell_is_mean_and_std_of_the_children(joblib_sweep, capsys):
 
 
 def test_child_run_names_carry_the_swept_values():
-    from deepen_run.sweep.jobs import SweepJob
+    from deepen_run.sweep.summary import child_name
 
     info = {"params": {"method.gru_layers": "1,2,3", "method.layers": "[2,3]", "seed": "1,2",
                        "train.learning_rate": "interval(1e-5, 1e-4)", "dry_run": "true"}}
-    job = SweepJob(info | {"dir": "/tmp"}, 0, ["method.gru_layers=2", "method.layers=[2,3]", "seed=1",
-                                             "train.learning_rate=3e-05", "dry_run=True"])
-    # seed is in the default name already; a plain list value is not a sweep.
-    assert job.swept() == ["gru_layers=2", "learning_rate=3e-05"]
+    overrides = ["method.gru_layers=2", "method.layers=[2,3]", "seed=1", "train.learning_rate=3e-05", "dry_run=True"]
+    # The swept values lead, the seed moves there from the name's end; a plain list value is not a sweep.
+    assert child_name("tiny-hire-rte-s1", 1, info, overrides) == "gru_layers=2 seed=1 learning_rate=3e-05 · tiny-hire-rte"
 
 
 def test_a_job_that_started_as_the_sweep_stopped_stops_itself(tmp_path):

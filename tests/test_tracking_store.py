@@ -6,28 +6,28 @@ from mlflow.tracking import MlflowClient
 
 from conftest import runs_of
 
-from deepen_run.tracking import store as tracking
-from deepen_run.tracking.connect import create_schema_once, has_schema
+from deepen_run.tracking import connect
+from deepen_run.tracking.connect import create_schema_once, schema_version
 from deepen_run.tracking.store import Tracker
 from deepen_run.util import first_line, one_line, sqlite_path
 
 
 def test_existing_store_is_not_probed_again(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    assert not has_schema(sqlite_path(uri))
+    assert schema_version(sqlite_path(uri)) is None
     Tracker(uri, "exp")  # a fresh store: created under the lock
-    assert has_schema(sqlite_path(uri))
+    assert schema_version(sqlite_path(uri)) is not None
 
     def no_mlflow(*a, **k):
         raise AssertionError("MLflow opened the store to set it up again")
 
-    monkeypatch.setattr(tracking, "MlflowClient", no_mlflow)
+    monkeypatch.setattr(connect, "MlflowClient", no_mlflow)  # the module that sets the store up
     create_schema_once(uri)  # the second start takes the cheap path
 
 
 def test_a_file_that_is_not_a_store_is_left_to_mlflow(tmp_path):
     (tmp_path / "junk.db").write_text("not sqlite")
-    assert not has_schema(tmp_path / "junk.db")
+    assert schema_version(tmp_path / "junk.db") is None
     assert sqlite_path("http://127.0.0.1:5000") is None
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from deepen_run.data.glue import AX, DIAGNOSED_BY, TASKS
 from deepen_run.run.submission import missing_line, zip_bytes
-from deepen_run.tracking import artifacts
+from deepen_run.tracking.store import artifact_files, artifact_text
 
 
 def gather(runs: list[dict], uri: str, out, score) -> tuple[dict[str, str], str]:
@@ -19,7 +19,7 @@ def gather(runs: list[dict], uri: str, out, score) -> tuple[dict[str, str], str]
     for r in runs:
         if r["status"] != "FINISHED":
             continue
-        for path in artifacts.files(uri, r["run_id"], "submission"):
+        for path in artifact_files(uri, r["run_id"], "submission"):
             stem = Path(path).stem
             if path.endswith(".tsv") and stem in task_of:
                 value = score(r["metrics"], task_of[stem])
@@ -29,7 +29,7 @@ def gather(runs: list[dict], uri: str, out, score) -> tuple[dict[str, str], str]
     files = {}
     with tempfile.TemporaryDirectory() as tmp:
         for stem, (_, r, path) in best.items():
-            files[stem] = artifacts.read_text(uri, r["run_id"], path, tmp)
+            files[stem] = artifact_text(uri, r["run_id"], path, tmp)
     if files:  # nothing to write: the path is left as it was (main says why)
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_bytes(zip_bytes(files))

@@ -1,19 +1,15 @@
 """A multirun as one MLflow parent run with one child run per job: the launching process's side.
 
-`SweepCallback` (registered under hydra.callbacks in conf/config.yaml) runs in the launching
-process. Before any job starts it checks every job's config and creates the parent run, which also
-creates the store's schema there, so parallel jobs never race on it; it writes the sweep's identity
-for the jobs (deepen_run/sweep/jobs.py, which also holds the job side), prints each job's start and
-result as they happen, and closes the parent when the sweep ends: FINISHED only if every job
-finished, else FAILED with the count (KILLED, with its jobs, when a signal stopped the sweep). The
-open sweep is a `Launch` (deepen_run/sweep/launch.py); a sweep dir that already holds a sweep is
-continued with resume=auto (deepen_run/sweep/resume.py).
+`SweepCallback` (hydra.callbacks in conf/config.yaml) checks every job's config before any starts,
+then creates the parent run (and with it the store's schema, so parallel jobs never race on it) and
+the sweep's identity for the jobs. The open sweep is a `Launch` (launch.py), which closes the parent
+when the sweep ends; a sweep dir that holds a sweep is continued with resume=auto (resume.py).
+Light at import: Hydra instantiates the callback for every run.
 """
 from __future__ import annotations
 
 import os
 import shlex
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -21,10 +17,11 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from deepen_run.masking import mask_override
-from deepen_run.sweep import summary as sweep_summary
+from deepen_run.config.redact import mask_logs
 from deepen_run.errors import UserError, fail_with
+from deepen_run.masking import mask_override, mask_uri
 from deepen_run.run.clean import SWEEP_FILE
+from deepen_run.sweep import summary as sweep_summary
 from deepen_run.sweep.outcomes import previous, write_json
 
 
@@ -53,11 +50,8 @@ class SweepCallback(Callback):
             fail_with(e)
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        launch = getattr(self, "launch", None)
-        if launch is not None and launch.signum is not None:
-            launch.end_stopped()  # a stopped sweep whose jobs have returned: KILLED, exit 128 + signal
-        if launch is not None and launch.close(interrupted=False) > 0:
-            sys.exit(1)  # the sweep's exit status says whether every job finished
+        if getattr(self, "launch", None) is not None:
+            self.launch.end()
 
 
 def open_sweep(config):
@@ -69,8 +63,6 @@ def open_sweep(config):
     from deepen_run.sweep.launch import Launch
     from deepen_run.sweep.resume import check_same, hold, jobs_of, reopen
     from deepen_run.tracking.store import Tracker
-
-    from deepen_run.config.redact import mask_logs
 
     mask_logs()  # Hydra's launcher logs each job's overrides
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
@@ -104,15 +96,11 @@ def open_sweep(config):
         info = {"sweep_id": sweep_id, "parent_run_id": parent, "uri": uri, "experiment": experiment, "n_jobs": n,
                 "dir": str(sweep_dir), "params": params, "jobs": jobs, "launcher_pid": os.getpid(), "attempt": 1}
         first_step = 0
-    from deepen_run.masking import mask_uri
-
     write_json(sweep_dir / SWEEP_FILE, info | {"uri": mask_uri(uri)})
 
     again = f"; attempt {info['attempt']}, continuing the interrupted sweep" if old is not None else ""
     print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "
           f"experiment {experiment!r} ({mask_uri(uri)}); outputs in {sweep_dir}{again}", flush=True)
-    launch = Launch(info, tracker, first_step)
-    launch.lock = lock  # held for the launcher's life: closed when the sweep ends, or by the kernel at exit
-    launch.begin()
+    launch = Launch(info, tracker, first_step, lock).begin()
     sweep_summary.start(info, tracker)  # the run note (results table), kept up to date as jobs end
     return launch

@@ -1,20 +1,12 @@
 """A sweep checks every job's config before it launches any.
 
 Hydra composes a job's config only when that job starts, so one bad value in `train.batch_size=8,16,abc`
-(or a typo'd swept key) would otherwise surface in job 3, after jobs 1 and 2 ran, or never be
-recorded at all. Here the launching process enumerates the jobs the way Hydra's BasicSweeper does
-(the cartesian product of the overrides, parsed with Hydra's public override parser), composes each
-job's config with Hydra's compose API and runs the pre-flight on it. The first bad job is named in
-one line and the sweep stops (exit 2) before its parent run exists.
-
-The pre-flight's data checks parse every TSV row, so they run once per distinct set of inputs
-(everything but seed, train, schedule and tracking); the number checks run for every job. An
-Optuna sweep draws its values as it goes: it cannot be enumerated, and only its fixed overrides are
-checked (by the first job, as before). Not before launch, with the searched keys at their defaults: a
-check that ties a fixed key to a searched one (model_selection=best needs eval_every) would refuse a
-search whose every trial is valid.
-
-Composing costs 0.1-0.2 s a job: `composer` composes a setting once for all its seeds.
+would surface in job 3, after jobs 1 and 2 ran. Here the launching process enumerates the jobs as
+Hydra's BasicSweeper does (the product of the overrides, read by Hydra's parser), composes each and
+runs the pre-flight: the first bad job is named in one line (exit 2) before the parent run exists.
+The data checks parse every TSV row, so they run once per distinct set of inputs. An Optuna sweep
+draws its values as it goes and is not checked: with the searched keys at their defaults, a check
+that ties a fixed key to a searched one would refuse a valid search.
 """
 from __future__ import annotations
 
@@ -22,7 +14,11 @@ import copy
 import itertools
 from typing import Optional
 
+from hydra import compose
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from deepen_run.errors import UserError, composition_line
 from deepen_run.util import one_line
@@ -33,8 +29,6 @@ def job_overrides(config) -> Optional[list[list[str]]]:
     sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
     if not sweeper.endswith("BasicSweeper"):
         return None
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     args = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in config.hydra.overrides.task]
     axes: dict[str, list[str]] = {}  # a later override of a key replaces an earlier one, as in Hydra
@@ -56,8 +50,6 @@ def composer(config_name: str):
     """compose(job) for the jobs of one sweep: most sweeps repeat each setting over seeds, so a setting
     is composed once and each of its seeds gets a copy with `seed` set, which is what composing that
     job gives (a plain value; a `${seed}` elsewhere resolves when read)."""
-    from hydra import compose
-
     made: dict[tuple, object] = {}
 
     def one(job: list[str]):
@@ -115,9 +107,6 @@ def check_jobs(config) -> None:
             better = typo(str(e), job, methods_swept=len(methods) > 1)
             if better is not None:
                 raise UserError(f"{which}: {better}; nothing was launched") from None
-            from hydra.errors import HydraException
-            from omegaconf.errors import OmegaConfBaseException
-
             said = composition_line(e, job) if isinstance(e, (HydraException, OmegaConfBaseException)) else \
                 f"{type(e).__name__}: {_one_line(e)}"
             raise UserError(f"{which}: {said}; nothing was launched") from None

@@ -1,13 +1,9 @@
-"""A sweep's jobs, and the files they share with the launching process (deepen_run/sweep/callback.py).
+"""A sweep's job, wherever the launcher runs it (this process, loky workers, submitit, SLURM nodes).
 
-Jobs run wherever the launcher puts them (this process, joblib's loky workers, submitit processes,
-SLURM nodes). A file in the sweep dir is the one channel all of them share: each job reads the
-sweep's identity from <sweep dir>/deepen_sweep.json and writes its start and its outcome to
-<sweep dir>/deepen_jobs/<num>.start.json and <num>.json, which the launching process watches
-(progress lines) and counts when it closes the parent run. A job that did not finish returns None
-(NO_SCORE) instead of raising: Hydra's sweepers stop at the first exception, and the other jobs must
-go on. Not NaN: Optuna's study.tell raises on NaN, out of the sweeper; a value that is no float
-is an Optuna FAIL trial, and the search goes on.
+Files in the sweep dir are the one channel all of them share (sweep/outcomes.py). A job that did not
+finish returns None (NO_SCORE) instead of raising: Hydra's sweepers stop at the first exception, and
+the other jobs must go on. Not NaN: Optuna's study.tell raises on NaN; a value that is no float is an
+Optuna FAIL trial, and the search goes on.
 """
 from __future__ import annotations
 
@@ -22,11 +18,13 @@ from typing import Callable, Optional
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from omegaconf import OmegaConf
 
 from deepen_run.errors import UserError
 from deepen_run.masking import mask_override, mask_string, secret_env_values
-from deepen_run.run.stop import Stopped, StopFlag, check
 from deepen_run.run.clean import JOBS_DIR
+from deepen_run.run.names import run_name
+from deepen_run.run.stop import Stopped, StopFlag, check
 from deepen_run.sweep import summary
 from deepen_run.sweep.outcomes import previous, start_line, write_json
 from deepen_run.util import first_line as _one_line
@@ -47,22 +45,13 @@ class SweepJob:
         return {"mlflow.parentRunId": self.info["parent_run_id"], "sweep_id": self.info["sweep_id"],
                 "sweep_role": "child", "sweep_job": str(self.num)} | summary.child_tags(self.info, self.overrides)
 
-    def swept(self) -> list[str]:
-        """This job's values of the swept keys the default run name does not already say, so the
-        children of `method.gru_layers=1,2,3` are told apart in the MLflow UI."""
-        return [f"{summary.short(k)}={summary.shown(v)}" for k, v in summary.job_values(self.info, self.overrides)
-                if k not in (*summary.STANDARD, "task.names")]
-
     def run(self, cfg, run_fn: Callable[..., float]) -> Optional[float]:
-        from deepen_run.run.names import run_name
         from deepen_run.run.resume import current_dir
 
         t0 = time.time()
         if (self.jobs / STOP_FILE).exists():
             return NO_SCORE  # the sweep was stopped by a signal before this job began: it stays pending
         if not cfg.tracking.run_name:  # short, the swept values first
-            from omegaconf import OmegaConf
-
             # the child's own config, named: the job's config (Hydra's) stays as it was given
             named = summary.child_name(cfg, cfg.seed, self.info, self.overrides)
             cfg = OmegaConf.merge(cfg, {"tracking": {"run_name": named}})
@@ -80,7 +69,7 @@ class SweepJob:
                                                            "home": str(current_dir())})
         if launcher == os.getpid():  # the launcher's watcher leaves this process's jobs to say it
             print(start_line(self.num, self.info["n_jobs"], self.overrides), flush=True)
-        watchdog = OrphanWatch.of_this_process(self.info.get("launcher_pid"))
+        watchdog = OrphanWatch.of_this_process(launcher)
         if watchdog is not None:
             watchdog.busy.set()
         stopped = None

@@ -1,14 +1,10 @@
 """The launching process's open sweep: its parent run, the watcher of its jobs, its signals, its end.
 
-One `Launch` object per sweep, made by SweepCallback.on_multirun_start and ended by on_multirun_end
-(or at exit, when the launcher is stopped). It is not module state: the callback holds it (and
-drops it when a launcher pickles the callback into a job), the signal handler and atexit hold
-bound methods of it.
-
-Signals: Ctrl-C / SIGTERM of the launching process is recorded (the STOP file): jobs not yet started
-do not start, running ones save a checkpoint and end KILLED at their next check, then the parent
-ends KILLED and the launcher exits 128 + signal number (on_signal, end_stopped).
-A second signal of the same kind stops at once.
+One `Launch` a sweep, held by SweepCallback (dropped when a launcher pickles the callback into a
+job), by the signal handler and by atexit; no module state. Ctrl-C / SIGTERM of the launcher is only
+recorded, as the STOP file: jobs not yet started do not start, running ones save and end KILLED at
+their next check, then the parent ends KILLED and the launcher exits 128 + signal. A second signal of
+the same kind stops at once.
 """
 from __future__ import annotations
 
@@ -20,22 +16,23 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from deepen_run.sweep import summary as sweep_summary
-from deepen_run.run.runfile import orphan_note
-from deepen_run.run.lifecycle import reap_orphans
-from deepen_run.run.stop import SIGNALS
-from deepen_run.sweep.counts import Counts
 from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
+from deepen_run.run.lifecycle import reap_orphans
+from deepen_run.run.runfile import orphan_note
+from deepen_run.run.stop import SIGNALS
+from deepen_run.sweep import summary as sweep_summary
 from deepen_run.sweep.jobs import STOP_FILE
-from deepen_run.sweep.outcomes import read_outcomes, read_starts, watch
+from deepen_run.sweep.outcomes import Counts, read_outcomes, read_starts, watch
+from deepen_run.sweep.resume import LOCK
+
 
 class Launch:
-    def __init__(self, info: dict, tracker, first_step: int = 0):
+    def __init__(self, info: dict, tracker, first_step: int = 0, lock=None):
         self.info, self.tracker = info, tracker
         self.dir = Path(info["dir"])
         self.counts = Counts(info["n_jobs"], tracker, first_step)
         self.signum: Optional[int] = None
-        self.lock = None  # the sweep dir's launcher lock (sweep/resume.py hold)
+        self.lock = lock  # the sweep dir's launcher lock (resume.hold), held for the launcher's life
         self.closed = False
         self.stop = threading.Event()
         refresh = lambda: sweep_summary.update(info, tracker)  # noqa: E731 (the run note, as each job ends)
@@ -53,14 +50,11 @@ class Launch:
 
     def on_signal(self, signum, frame) -> None:
         """Only records the stop: the STOP file, which every job reads at its next check (a job in a
-        worker also has the signal from its process group), and a note. The jobs end their own runs
-        KILLED and return; the sweeper then returns and end_stopped closes the parent. A second
-        signal of the same kind stops the launcher at once; its parent is then closed KILLED by the
-        orphan reaper of a later run (its pid is gone)."""
+        worker also has the signal from its process group). A second signal of the same kind stops
+        the launcher at once; a later run's orphan reaper then ends its parent KILLED."""
         if signum == self.signum:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
-            return
         if self.signum is not None or self.closed:  # stopping already, or the parent is being ended
             self.signum = self.signum or signum
             return
@@ -69,17 +63,20 @@ class Launch:
         print(f"[sweep {self.info['sweep_id']}] stopping: running jobs save a checkpoint and end KILLED (a second "
               f"{signal.Signals(signum).name} stops at once)", file=sys.stderr, flush=True)
 
-    def end_stopped(self) -> None:
-        """After the sweeper returned from a stopped sweep (every job has returned): close the parent
-        KILLED, exit 128 + signal number."""
-        self.close(interrupted=True)
-        raise SystemExit(128 + self.signum)
+    def end(self) -> None:
+        """Every job has returned (on_multirun_end): a stopped sweep's parent ends KILLED, exit 128 +
+        signal; otherwise the exit status says whether every job finished."""
+        if self.signum is not None:
+            self.close(interrupted=True)
+            raise SystemExit(128 + self.signum)
+        if self.close(interrupted=False) > 0:
+            raise SystemExit(1)
 
     def at_exit(self) -> None:
-        """The process ends without on_multirun_end (a signal, or the sweeper raised): KILLED, to be
-        resumed, unless every job had ended and no signal came (Optuna's end when every trial failed).
-        A new sweep whose sweeper failed before any job started (a bad value Hydra found composing the
-        jobs, which check.py could not enumerate: glob()) leaves nothing: the error line says why."""
+        """The process ends without on_multirun_end (the sweeper raised): KILLED, to be resumed, unless
+        every job had ended (Optuna's end when every trial failed). A new sweep whose sweeper failed
+        before any job started (a bad value behind glob(), which check.py cannot enumerate) leaves
+        nothing: the error line says why."""
         if self.closed:
             return
         c = self.counts.update(read_outcomes(self.dir), read_starts(self.dir))
@@ -92,8 +89,6 @@ class Launch:
         self.closed = True
         self.stop.set()
         self.watcher.join()
-        from deepen_run.sweep.resume import LOCK
-
         self.tracker.client.delete_run(self.info["parent_run_id"])
         (self.dir / SWEEP_FILE).unlink(missing_ok=True)
         jobs = self.dir / JOBS_DIR  # only the files this launcher writes there, then the folder if empty
@@ -114,9 +109,8 @@ class Launch:
         self.closed = True
         self.stop.set()
         self.watcher.join()
-        info, tracker = self.info, self.tracker
         if interrupted:  # jobs whose process died before ending their run
-            reap_orphans(tracker, f"tags.sweep_id = '{info['sweep_id']}'", wait_s=60, note=orphan_note)
+            reap_orphans(self.tracker, f"tags.sweep_id = '{self.info['sweep_id']}'", wait_s=60, note=orphan_note)
         status, c = self._end_parent(interrupted)
         if interrupted:
             saved = c.with_checkpoint(self.dir)
@@ -132,7 +126,7 @@ class Launch:
 
     def _end_parent(self, interrupted: bool):
         """The counts, the why and the status on the parent, which is ended. -> (status, counts)"""
-        info, tracker = self.info, self.tracker
+        tracker = self.tracker
         c = self.counts.update(read_outcomes(self.dir), read_starts(self.dir))  # started, not ended: killed
         c.log()
         status = "FINISHED" if c.finished == c.n and c.n > 0 else "KILLED" if interrupted else "FAILED"
@@ -146,7 +140,8 @@ class Launch:
                 if (self.dir / name).is_file():
                     tracker.log_file(scrubbed_yaml(self.dir / name, Path(tmp)))
         tracker.end(status)
-        print(f"[sweep {info['sweep_id']}] {c.line()}; parent run {info['parent_run_id']} {status}", flush=True)
+        print(f"[sweep {self.info['sweep_id']}] {c.line()}; parent run {self.info['parent_run_id']} {status}",
+              flush=True)
         return status, c
 
 

@@ -1,17 +1,23 @@
-"""The job files in a sweep dir, the one channel every process of a sweep shares (docs in
-deepen_run/sweep/jobs.py): each written atomically, read back by job number, and watched by the
-launching process, which prints a line as a job starts and as it ends."""
+"""The job files in a sweep dir, the one channel every process of a sweep shares, and their tally.
+
+Each job reads the sweep's identity from <sweep dir>/deepen_sweep.json and writes its start and its
+outcome to deepen_jobs/<num>.start.json and <num>.json. The launching process watches them (a line
+as each job starts and ends) and counts them into the parent's metrics (sweep/finished, ...: columns
+of the runs table), each time a job ends and when the sweep ends.
+"""
 from __future__ import annotations
 
 import json
 import os
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
+from deepen_run.masking import mask_override
 from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
-from deepen_run.util import first_line as _one_line
+from deepen_run.util import first_line
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -32,7 +38,7 @@ def read_outcomes(sweep_dir: Path) -> dict[int, dict]:
 
 
 def read_starts(sweep_dir: Path) -> dict[int, dict]:
-    """The jobs that started (in this attempt): job number -> overrides and pid."""
+    """The jobs that started (in this attempt): job number -> overrides, pid and run dir."""
     return _read(sweep_dir, ".start.json")
 
 
@@ -46,16 +52,62 @@ def _read(sweep_dir: Path, suffix: str) -> dict[int, dict]:
 
 
 def start_line(num: int, n: Optional[int], overrides: list[str]) -> str:
-    from deepen_run.masking import mask_override  # a password in tracking.uri, say: printed as ***
-
     return f"[job {num + 1}/{n if n is not None else '?'}] started: {' '.join(map(mask_override, overrides))}"
 
 
-def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts, on_end=None) -> None:
+class Counts:
+    """How many jobs finished (those kept FINISHED from an earlier attempt of the sweep included), failed,
+    were killed (by a signal, or in a process that died before the job ended), were kept, or are
+    pending (neither started nor ended in this attempt)."""
+
+    def __init__(self, n: Optional[int], tracker, first_step: int = 0):
+        self.n_planned, self.tracker, self.step = n, tracker, first_step
+        self.update({})
+
+    def update(self, outcomes: dict[int, dict], unended: Iterable[int] = ()) -> "Counts":
+        self.outcomes, self.unended = dict(outcomes), set(unended) - set(outcomes)
+        by = Counter(o["status"] for o in self.outcomes.values())
+        self.finished, self.failed, self.killed = by["FINISHED"], by["FAILED"], by["KILLED"] + len(self.unended)
+        self.kept = sum(bool(o.get("kept")) for o in self.outcomes.values())
+        self.n = self.n_planned if self.n_planned is not None else len(self.outcomes) + len(self.unended)
+        self.pending = max(0, self.n - self.finished - self.failed - self.killed)
+        return self
+
+    def metrics(self) -> dict[str, float]:
+        scores = [o["score"] for o in self.outcomes.values() if o["status"] == "FINISHED" and o["score"] == o["score"]]
+        return {"sweep/jobs": self.n, "sweep/finished": self.finished, "sweep/failed": self.failed,
+                "sweep/killed": self.killed, "sweep/kept": self.kept, "sweep/pending": self.pending} \
+            | ({"sweep/best_score": max(scores)} if scores else {})
+
+    def log(self) -> None:
+        """Each update at the next step: the runs table shows the latest, the history how it went."""
+        self.tracker.log_metrics(self.metrics(), self.step)
+        self.step += 1
+
+    def line(self) -> str:
+        kept = f" ({self.kept} kept from before)" if self.kept else ""
+        return (f"{self.finished}/{self.n} jobs FINISHED{kept}, {self.failed} failed, {self.killed} killed, "
+                f"{self.pending} not started")
+
+    def which(self) -> str:
+        """The jobs that did not finish, and why."""
+        out = [f"job {k + 1} ({o.get('error', o['status'])})" for k, o in sorted(self.outcomes.items())
+               if o["status"] != "FINISHED"]
+        return "; ".join(out + [f"job {k + 1} (its process died)" for k in sorted(self.unended)])
+
+    def with_checkpoint(self, sweep_dir: Path) -> int:
+        """Of the killed jobs, how many left a checkpoint to continue from (the rest start again)."""
+        from deepen_run.run.checkpoint import latest
+
+        homes = {k: Path(s.get("home") or sweep_dir / str(k)) for k, s in read_starts(sweep_dir).items()}
+        killed = [k for k, o in self.outcomes.items() if o["status"] == "KILLED"] + sorted(self.unended)
+        return sum(latest(homes.get(k, sweep_dir / str(k))) is not None for k in killed)
+
+
+def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts: Counts, on_end=None) -> None:
     """Print '[job k/N] ...' when a job starts and when it ends, whichever process ran it; the parent's
-    counts (counts.log), then on_end() (the run note, summary.update), follow each end. A job in this
-    process (the basic launcher) prints its own start line: polled, it would come after the job's
-    first lines."""
+    counts, then on_end() (the run note), follow each end. A job in this process (the basic launcher)
+    prints its own start line: polled, it would come after the job's first lines."""
     seen: set[str] = set()
     total = n if n is not None else "?"
     while True:
@@ -84,7 +136,7 @@ def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts, on_e
                 if on_end is not None:
                     on_end()
             except Exception as e:  # noqa: BLE001 (the store may be what failed; the note is a view: the sweep goes on)
-                print(f"deepen-run: warning: the sweep's counts or run note were not updated: {_one_line(e)}",
+                print(f"deepen-run: warning: the sweep's counts or run note were not updated: {first_line(e)}",
                       file=sys.stderr)
         if done:
             return

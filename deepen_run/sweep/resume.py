@@ -1,12 +1,7 @@
-"""A sweep's identity, and continuing an interrupted one under its original parent run.
-
-The identity of a sweep is its sweep dir plus the list of its jobs' overrides (`resume` aside), saved
-in <sweep dir>/deepen_sweep.json when it starts. Running a sweep again into a dir that holds one:
-- with resume=auto (or true): the same jobs continue the same sweep. The parent run goes back to
-  RUNNING; each job continues in its own run dir (FINISHED ones are kept, killed ones continue from
-  their checkpoint, never-started ones run; deepen_run/sweep/jobs.py);
-- with other jobs, or without resume: refused in one line (what differs), before anything runs. A
-  new sweep is asked for with another hydra.sweep.dir.
+"""A sweep's identity (its sweep dir and its jobs' overrides, `resume` aside, saved in deepen_sweep.json),
+and continuing an interrupted sweep under its original parent run. Run again into its dir with
+resume=auto, the same jobs continue the same sweep (jobs.py keeps the FINISHED ones); other jobs, or
+no resume, are refused in one line naming what differs, before anything runs.
 """
 from __future__ import annotations
 
@@ -15,12 +10,12 @@ from typing import Optional
 
 from deepen_run.errors import UserError
 from deepen_run.run.clean import JOBS_DIR
+from deepen_run.run.lifecycle import exclusive, holder
+from deepen_run.sweep.check import job_overrides
 
 
 def jobs_of(config) -> Optional[list[list[str]]]:
     """Each job's overrides without `resume` (asking to resume does not change a job)."""
-    from deepen_run.sweep.check import job_overrides
-
     jobs = job_overrides(config)
     if jobs is None:
         return None
@@ -60,8 +55,6 @@ def hold(sweep_dir: Path):
     the launcher's life (the returned open file; lifecycle.exclusive). A killed launcher never blocks
     the resume. A second launcher (two resumes of one sweep at once) gets a UserError before it
     touches the parent or any job."""
-    from deepen_run.run.lifecycle import exclusive, holder
-
     (sweep_dir / JOBS_DIR).mkdir(parents=True, exist_ok=True)
     try:
         return exclusive(sweep_dir / JOBS_DIR / LOCK)

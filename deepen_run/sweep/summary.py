@@ -1,24 +1,23 @@
-"""A sweep's answer on its parent run, for whoever opens it in the MLflow UI.
-
-- The parent's name says what was swept: backbone, method and tasks (where they are not swept),
-  then each swept key with its values: `tiny hire rte | gru_layers=1,2 × seed=1,2`.
-- Its description (MLflow's run note, tag mlflow.note.content, Markdown on the run's overview) holds
-  the children's results table, built by deepen-report's own code from the same runs as
-  `deepen-report --sweep-id`, so the numbers are the same. The launching process's job watcher
-  rebuilds it whenever a job's outcome file appears (deepen_run/sweep/outcomes.py).
-- Its artifacts hold one figure (figure.py), sweep/eval_score.png: eval/score against the swept keys (a line
-  with the spread over seeds for one key, a heatmap for two), and the table as report/results.{md,csv}.
-- Each child carries its swept values as tags (the runs table's columns) and a name that starts with them.
-- The sweep's last console lines link to MLflow's compare view of the children and to the parent.
+"""A sweep's answer on its parent run, for whoever opens it in the MLflow UI (docs/sweeps.md): its
+name says what was swept, its run note holds the children's results table (deepen-report's own code
+on the same runs, rebuilt by the job watcher as each job ends), its figure eval/score against the
+swept keys (figure.py); each child is named and tagged by its swept values. The sweep's last lines
+link to MLflow's compare view of the children and to the parent.
 """
 from __future__ import annotations
 
 import itertools
 import json
+import shlex
 import sys
 from typing import Optional
 from urllib.parse import quote
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from deepen_run.run.names import run_name
+from deepen_run.sweep.figure import figure, score_points
+from deepen_run.tracking import ui
 from deepen_run.util import first_line
 
 NOTE = "mlflow.note.content"
@@ -30,8 +29,6 @@ STANDARD = ("backbone", "method", "task", "schedule", "seed")
 def _is_sweep(key: str, value: str) -> bool:
     """`1,2,3`, range(...), choice(...), interval(...): Hydra's own parser decides, so a plain
     list value (`method.layers=[2,3]`) is not taken for a sweep."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     try:
         return OverridesParser.create().parse_override(f"{key}={value}").is_sweep_override()
     except Exception:  # noqa: BLE001 (glob() and friends need Hydra's config loader: not a plain value)
@@ -91,19 +88,12 @@ def child_name(base, seed, info: dict, overrides: list[str]) -> str:
     axes = swept(info.get("params", {}))
     values = [f"{short(k)}={shown(v)}" for k, v in job_values(info, overrides)]
     if not isinstance(base, str):
-        from deepen_run.run.names import run_name
-
         base = run_name(base, omit=set(axes) if values else ())
     if not values:
         return base
     if "seed" in axes:
         base = base.removesuffix(f"-s{seed}")
     return " ".join(values) + " · " + base
-
-
-def columns(params: dict[str, str]) -> list[str]:
-    """The runs table's columns for the swept keys (deepen_run/tracking/ui.py puts them after eval/score)."""
-    return [f"tags.`{k}`" for k in swept(params)]
 
 
 # -- the note --------------------------------------------------------------------------------------
@@ -115,7 +105,7 @@ def _cells(table_md: str) -> tuple[list[str], list[list[str]]]:
     return cells[0], cells[2:]
 
 
-def compact(table_md: str, tasks: list[str] = ()) -> str:
+def compact(table_md: str) -> str:
     """The report's rows in the few short lines MLflow's Overview shows before "Show more" (a
     fixed height, about five lines, where a Markdown table also loses its cell spacing): one
     paragraph, a row per `·`-separated entry: `**#2** hire gru_layers=2: **50.0 ± 8.8**, Δ +1.2
@@ -133,7 +123,7 @@ def compact(table_md: str, tasks: list[str] = ()) -> str:
     return "Avg (dev x100, mean ± std over seeds): " + " · ".join(out)
 
 
-def note(info: dict, children: list[dict], table_md: Optional[str], state: str, tasks: list[str] = ()) -> str:
+def note(info: dict, children: list[dict], table_md: Optional[str], state: str) -> str:
     """The run note: the rows in a compact paragraph first (the overview shows the note's first
     lines until "Show more"), then the report's whole table with its footnotes."""
     n = info.get("n_jobs") or "?"
@@ -141,7 +131,7 @@ def note(info: dict, children: list[dict], table_md: Optional[str], state: str, 
     failed = sum(r["status"] in ("FAILED", "KILLED") for r in children)
     lines = [f"**Sweep {info['sweep_id']}** ({state}): {done} of {n} jobs finished, {failed} failed or killed.", ""]
     if table_md:
-        lines[0] += " " + compact(table_md, list(tasks))  # one paragraph: the rows start on the first line
+        lines[0] += " " + compact(table_md)  # one paragraph: the rows start on the first line
         lines += ["The whole table:", "", table_md, "",
                   f"The same table: `deepen-report --sweep-id {info['sweep_id']}{_store_args(info)}`. "
                   f"eval/score against the swept keys: artifact `{FIGURE}`."]
@@ -164,8 +154,6 @@ def note(info: dict, children: list[dict], table_md: Optional[str], state: str, 
 def command(params: dict[str, str]) -> str:
     """The sweep's command, to paste: its overrides and Hydra's (launcher, sweeper), without the sweep
     dir (pasted, it starts a new sweep; resume=auto with hydra.sweep.dir continues this one)."""
-    import shlex
-
     def split(key: str) -> list[str]:
         try:
             return shlex.split(params.get(key, ""))
@@ -198,21 +186,18 @@ def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
     children = current_children(info)
     table = report.build([r for r in children if r["status"] == "FINISHED"])
     md = report.to_markdown(table) if table["rows"] else None
-    tracker.set_tags({NOTE: note(info, children, md, state, table["tasks"])})
-    from deepen_run.sweep.figure import figure, score_points
-
+    tracker.set_tags({NOTE: note(info, children, md, state)})
     if score_points(children, []):  # a finished child with an eval/score (a dry run has none)
         tracker.log_figure(figure(children, list(swept(info["params"]))), FIGURE)
     return table if table["rows"] else None
 
 
 def start(info: dict, tracker) -> None:
-    """At the sweep's start: the swept keys as columns, the note (empty, or a resumed sweep's so far),
-    which the job watcher rebuilds as jobs end (sweep/outcomes.py watch, on_end=update)."""
-    from deepen_run.tracking import ui
-
+    """At the sweep's start: the swept keys as the runs table's columns, the note (empty, or a resumed
+    sweep's so far), which the job watcher rebuilds as jobs end (sweep/outcomes.py watch, on_end=update)."""
     try:
-        ui.apply(tracker.client, tracker.experiment_id, (), info["parent_run_id"], columns(info["params"]))
+        swept_columns = [f"tags.`{k}`" for k in swept(info["params"])]
+        ui.apply(tracker.client, tracker.experiment_id, (), info["parent_run_id"], swept_columns)
         if info.get("attempt", 1) > 1:
             update(info, tracker)  # a resumed sweep: the earlier attempts' children at once
         else:
@@ -238,19 +223,14 @@ def finish(info: dict, tracker, status: str, show_table: bool) -> None:
         print(f"deepen-run: warning: the sweep's report failed: {first_line(e)}", file=sys.stderr)
 
 
-def compare_url(base: str, experiment_id: str, run_ids: list[str]) -> str:
-    runs, exps = (quote(json.dumps(v, separators=(",", ":"))) for v in (run_ids, [experiment_id]))
-    return f"{base}/#/compare-runs?runs={runs}&experiments={exps}&workflowType=machine_learning"
-
-
 def links(info: dict, tracker) -> str:
-    from deepen_run.tracking import ui
     from deepen_run.run.summary import ui_hint
 
     base, how = ui_hint(info["uri"])
-    runs = current_children(info)
-    exp = tracker.experiment_id
+    exp, ids = tracker.experiment_id, [r["run_id"] for r in current_children(info)]
+    runs, exps = (quote(json.dumps(v, separators=(",", ":"))) for v in (ids, [exp]))
+    compare = f"{base}/#/compare-runs?runs={runs}&experiments={exps}&workflowType=machine_learning"
     return "\n".join([
-        f"  compare the children  {compare_url(base, exp, [r['run_id'] for r in runs])}  ({how})",
+        f"  compare the children  {compare}  ({how})",
         f"  the sweep's parent    {ui.run_url(base, exp, info['parent_run_id'])}",
         f"  the table again       deepen-report --sweep-id {info['sweep_id']}{_store_args(info)}"])

@@ -1,15 +1,24 @@
 """Opening an MLflow store: a SQLite file's schema, created once under a lock while parallel jobs
-start; a server's health check (with its credentials sent properly, never printed); the
-experiment, created once with its artifacts beside the database."""
+start; a server's health check (its credentials sent properly, never printed); the experiment,
+created once with its artifacts beside the database."""
 from __future__ import annotations
 
+import base64
+import fcntl
+import os
+import sqlite3
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Optional
+from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.request import Request, urlopen
 
 import mlflow
 from mlflow.tracking import MlflowClient
 
+from deepen_run.safe_fs import path_part
+from deepen_run.tracking.ui import KIND
 from deepen_run.util import sqlite_path
 
 
@@ -19,17 +28,9 @@ def _artifact_root(uri: str) -> Optional[str]:
     return (db.parent / "mlartifacts").resolve().as_uri() if db else None
 
 
-def prepare_store(uri: str) -> None:
-    db = sqlite_path(uri)
-    if db:
-        db.parent.mkdir(parents=True, exist_ok=True)
-
-
 def schema_version(db: Path) -> Optional[str]:
-    """The alembic revision of a SQLite file MLflow has set up (its version table), else None.
-    A read-only look with the standard library (create_schema_once holds the lock around it)."""
-    import sqlite3
-
+    """The alembic revision of a SQLite file MLflow has set up (its version table), else None: a
+    read-only look with the standard library, milliseconds where MLflow's own probe takes seconds."""
     if not db.is_file():
         return None
     try:
@@ -40,17 +41,11 @@ def schema_version(db: Path) -> Optional[str]:
         return None  # not a database (yet), or no version table: let MLflow create it, or say what is wrong
 
 
-def has_schema(db: Path) -> bool:
-    return schema_version(db) is not None
-
-
 def _build_aside(uri: str, db: Path) -> bool:
     """Create a fresh store's schema in a temporary file beside `db`, then link it into place: a
-    client of another program (`mlflow ui`, a notebook) that opens the path meanwhile finds either no
-    file or a whole store, never one halfway through MLflow's migrations (which it would then try to
-    run too: "no such column: spans.dimension_attributes"). False: such a client created the file first."""
-    import os
-
+    client of another program (`mlflow ui`, a notebook) that opens the path meanwhile finds no file or
+    a whole store, never one halfway through MLflow's migrations (which it would then run too: "no such
+    column: spans.dimension_attributes"). False: such a client created the file first."""
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     tmp = db.with_name(f".{db.name}.{os.getpid()}.creating")
@@ -77,8 +72,6 @@ def _build_aside(uri: str, db: Path) -> bool:
 def _wait_for_other(db: Path, head: str, quiet_s: float = 5.0) -> None:
     """Another program may be migrating a fresh store: wait while its schema version moves, until it
     is MLflow's head (or stands still for quiet_s: an old store, which MLflow's own check then names)."""
-    import time
-
     seen, since = object(), time.monotonic()
     while (version := schema_version(db)) != head and time.monotonic() - since < quiet_s:
         if version != seen:
@@ -89,23 +82,17 @@ def _wait_for_other(db: Path, head: str, quiet_s: float = 5.0) -> None:
 def create_schema_once(uri: str) -> None:
     """Create (or check) a SQLite store's schema under a file lock, once per database file.
 
-    Several processes opening a fresh database at the same moment each run MLflow's alembic
-    migrations and fail ("duplicate column", "table _alembic_tmp_params already exists"); the
-    lock makes the first one create the schema while the others wait, and the schema is built aside
-    and linked into place (_build_aside), for clients that take no lock. Later writes from parallel
-    jobs are safe on their own: MLflow sets SQLite's busy_timeout (20 s) on every session.
-    A store whose schema is MLflow's head gets no MLflow probe (seconds), only the lock (a syscall)
-    and a read-only sqlite3 look (milliseconds); the look needs the lock, since alembic writes its
-    version table at the first of its many migration steps. MLflow's client still checks the schema
-    version when it opens the store.
+    Processes opening a fresh database at the same moment would each run MLflow's migrations and fail
+    ("duplicate column"): under the lock the first creates it and the others find it done. The lock
+    covers the look too, since alembic writes its version table at the first of many steps. Later
+    writes of parallel jobs are safe on their own: MLflow sets SQLite's busy_timeout (20 s).
     """
     db = sqlite_path(uri)
     if db is None:
         return
-    import fcntl
-
     from mlflow.store.db.utils import _get_latest_schema_revision
 
+    db.parent.mkdir(parents=True, exist_ok=True)
     head = _get_latest_schema_revision()
     with open(f"{db}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -121,15 +108,13 @@ def create_schema_once(uri: str) -> None:
 
 
 def get_experiment_id(client: MlflowClient, uri: str, name: str) -> str:
+    """The experiment's id; a new one opens as the classic runs table (not MLflow 3's GenAI view),
+    its artifacts in one folder under mlartifacts/ (its name is text: ../../x must not leave it)."""
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
     root = _artifact_root(uri)
     try:
-        from deepen_run.tracking.ui import KIND  # the classic runs table, not MLflow 3's GenAI view
-
-        from deepen_run.safe_fs import path_part  # the name is text: ../../x must not leave mlartifacts/
-
         return client.create_experiment(name, artifact_location=f"{root}/{path_part(name)}" if root else None,
                                         tags=dict([KIND]))
     except mlflow.exceptions.MlflowException:
@@ -140,10 +125,6 @@ def get_experiment_id(client: MlflowClient, uri: str, name: str) -> str:
 def health(uri: str, timeout: float = 10) -> None:
     """GET <server>/health once. urllib takes no user:password@ in a URL: the URI is parsed
     (urllib.parse) and its credentials sent as HTTP basic auth, as MLflow's requests session does."""
-    import base64
-    from urllib.parse import unquote, urlsplit, urlunsplit
-    from urllib.request import Request, urlopen
-
     u = urlsplit(uri)
     host = u.netloc.rpartition("@")[2]
     req = Request(urlunsplit(u._replace(netloc=host, path=u.path.rstrip("/") + "/health", query="", fragment="")))

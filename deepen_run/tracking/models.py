@@ -1,10 +1,7 @@
 """MLflow 3's model side of a run: its LoggedModel (the weights it kept, linked to its eval/* scores),
 its GLUE files as dataset inputs, the registry's named versions and the system metrics monitor.
-
-A LoggedModel's artifacts are the model folder deepen_run/serve/bundle.py writes. With the local
-store (file:// artifacts) the folder is written in place, and its weights file is a hard link of the
-run's checkpoints/best/model.safetensors where those are the very weights the run's scores describe:
-one copy on disk for both (docs/use-a-model.md, "Where the weights are").
+With a local store the LoggedModel's folder is written in place, its weights a hard link of the run's
+checkpoints/best where those are the weights the scores describe (docs/use-a-model.md).
 """
 from __future__ import annotations
 
@@ -82,14 +79,8 @@ def link_metrics(client: MlflowClient, run_id: str, model_id: str, datasets: dic
 
 
 def model_of_run(uri: str, run_id: str) -> Optional[str]:
-    """The LoggedModel a run produced (its tag, else a search by source run), or None."""
-    client = MlflowClient(tracking_uri=uri)
-    run = client.get_run(run_id)
-    if run.data.tags.get(MODEL_TAG):
-        return run.data.tags[MODEL_TAG]
-    found = client.search_logged_models([run.info.experiment_id], filter_string=f"source_run_id = '{run_id}'",
-                                        max_results=1)
-    return found[0].model_id if found else None
+    """The LoggedModel a run published (the tag log_model sets), or None."""
+    return MlflowClient(tracking_uri=uri).get_run(run_id).data.tags.get(MODEL_TAG) or None
 
 
 def run_exists(uri: str, run_id: str) -> bool:
@@ -183,10 +174,9 @@ def short_digest(digest: str) -> str:
 
 
 def log_datasets(tracker, inputs: list[DatasetInput], tries: int = 5) -> None:
-    """Link the run to its dataset inputs. The parallel jobs of a sweep log the same GLUE files at
-    the same moment: MLflow's SQL store looks up which datasets the experiment has, then inserts the
-    others, so the later of two jobs hits the table's UNIQUE constraint and its whole write is rolled
-    back. Tried again, it finds them there and only links them to its run."""
+    """Link the run to its dataset inputs. Parallel jobs log the same GLUE files at once, and MLflow's
+    SQL store looks the experiment's datasets up before inserting the rest: the later of two jobs hits
+    the UNIQUE constraint. Tried again, it finds them there and only links them."""
     if not (tracker.enabled and tracker.run_id and inputs):
         return
     for attempt in range(tries):

@@ -1,15 +1,18 @@
-"""MLflow, behind one small class (deepen_run/tracking/ holds every module that imports mlflow).
+"""MLflow behind one small class (deepen_run/tracking/ holds every module that imports mlflow).
 
-The default store is a SQLite file under outputs/; artifacts go beside it in outputs/mlartifacts
-(absolute paths, so runs started from any directory land in one place and `make ui` shows them).
-Off the main process every call is a no-op, so only rank 0 writes.
+The default store is a SQLite file under outputs/, its artifacts beside it in outputs/mlartifacts
+(absolute paths: runs started from any directory land where `make ui` shows them). Off the main
+process a Tracker is disabled and its writes do nothing, so only rank 0 writes.
 """
 from __future__ import annotations
 
+import csv
 import functools
 import io
 import logging
+import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -17,13 +20,12 @@ import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH as TAG_LIMIT  # the longest tag value MLflow stores
+from sqlalchemy.exc import NoSuchModuleError
 
 from deepen_run.masking import mask_string, mask_uri, secret_env_values
 from deepen_run.errors import UserError
-from deepen_run.tracking.connect import create_schema_once, get_experiment_id, health, prepare_store
+from deepen_run.tracking.connect import create_schema_once, get_experiment_id, health
 from deepen_run.util import first_line, sqlite_path
-
-STATUS = ("FINISHED", "FAILED", "KILLED")
 
 
 class TrackingLost(UserError):
@@ -33,13 +35,14 @@ class TrackingLost(UserError):
 
 
 def _recorded(method):
-    """A write to the store that fails becomes one TrackingLost line instead of MLflow's tracebacks."""
+    """A write: nothing off the main process; a store that fails is one TrackingLost line instead of
+    MLflow's tracebacks."""
     @functools.wraps(method)
     def write(self, *args, **kwargs):
+        if not self.enabled:
+            return None
         try:
             return method(self, *args, **kwargs)
-        except TrackingLost:
-            raise
         except Exception as e:  # noqa: BLE001 (sqlite, HTTP and artifact errors alike: the record is lost)
             root = e
             while root.__cause__ is not None:  # sqlite3's "attempt to write a readonly database", not the wrappers
@@ -51,8 +54,6 @@ def _recorded(method):
 
 def missing_driver(e: BaseException) -> bool:
     """Did opening a store fail for want of a Python package (psycopg2, pymysql, a dialect)?"""
-    from sqlalchemy.exc import NoSuchModuleError
-
     while e is not None:
         if isinstance(e, (ImportError, NoSuchModuleError)):
             return True
@@ -89,8 +90,6 @@ class Tracker:
         self.uri, self.experiment, self.enabled = uri, experiment, enabled
         self.shown = mask_uri(uri)  # what a message may print: never a user:password@'s password
         if enabled and self.shown != uri:
-            import os
-
             # MLflow's client prints "View run ... at: <uri with the password>" as a run ends; the
             # run's summary gives the same link, masked (run/summary.py).
             os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
@@ -101,7 +100,6 @@ class Tracker:
         if enabled:
             # Its ERROR logs print whole tracebacks for what _recorded reports as one line.
             logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
-            prepare_store(uri)
             try:
                 create_schema_once(uri)  # before MlflowClient(), which opens (and migrates) the store
                 self.client = MlflowClient(tracking_uri=uri)
@@ -111,13 +109,9 @@ class Tracker:
                                 f"{hint}, or use the default local store") from e
 
     def check(self) -> None:
-        """Reach the store now: better to fail at start than after an hour of training.
-
-        MLflow retries an unreachable server for minutes (7 retries, exponential backoff, 120 s
-        timeouts); a server is first asked for its /health once, with a 10 s timeout and no retry
-        (a refused connection fails at once), so MLflow's own calls keep their retries for a blip
-        mid-run, and nothing of the process's settings (os.environ) changes.
-        """
+        """Reach the store now, not after an hour of training. MLflow retries an absent server for
+        minutes: a server is asked for its /health once (10 s, no retry), and MLflow's own calls keep
+        their retries for a blip mid-run."""
         if not self.enabled:
             return
         try:
@@ -179,8 +173,6 @@ class Tracker:
 
     @_recorded
     def log_params(self, params: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
         # MlflowClient.log_batch splits into the server's batch limits (100 params, 1000 metrics) itself.
         items = [Param(k, str(v)[:6000]) for k, v in params.items() if k not in self.params_logged]
         if items:
@@ -191,10 +183,6 @@ class Tracker:
         """again=True: log even at a step the resumed run already has. The final record of
         train.model_selection=best re-evaluates at the last step, which the killed attempt may have
         logged already; MLflow's latest value at a step is the last logged, so it becomes the result."""
-        if not self.enabled or not metrics:
-            return
-        import time
-
         ts = int(time.time() * 1000)
         items = [Metric(k, float(v), ts, step) for k, v in metrics.items()
                  if again or step not in self.logged.get(k, ())]
@@ -203,35 +191,28 @@ class Tracker:
 
     @_recorded
     def set_tags(self, tags: dict[str, str]) -> None:
-        if self.enabled:
-            for k, v in tags.items():
-                self.client.set_tag(self.run_id, k, str(v)[:TAG_LIMIT])
+        for k, v in tags.items():
+            self.client.set_tag(self.run_id, k, str(v)[:TAG_LIMIT])
 
     @_recorded
     def log_text(self, text: str, path: str) -> None:
-        if self.enabled:
-            self.client.log_text(self.run_id, text, path)
+        self.client.log_text(self.run_id, text, path)
 
     @_recorded
     def log_dict(self, d: dict, path: str) -> None:
-        if self.enabled:
-            self.client.log_dict(self.run_id, d, path)
+        self.client.log_dict(self.run_id, d, path)
 
     @_recorded
     def log_figure(self, fig, path: str) -> None:
-        if self.enabled:
-            self.client.log_figure(self.run_id, fig, path)
+        self.client.log_figure(self.run_id, fig, path)
 
     @_recorded
     def log_file(self, local: str, folder: Optional[str] = None) -> None:
-        if self.enabled:
-            self.client.log_artifact(self.run_id, local, folder)
+        self.client.log_artifact(self.run_id, local, folder)
 
     def log_csv(self, rows: list[dict], path: str) -> None:
-        if not self.enabled or not rows:
+        if not rows:
             return
-        import csv
-
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=list(rows[0]))
         w.writeheader()
@@ -240,7 +221,7 @@ class Tracker:
 
     @_recorded
     def end(self, status: str = "FINISHED") -> None:
-        if self.enabled and self.run_id:
+        if self.run_id:
             self.client.set_terminated(self.run_id, status=status)
 
 
@@ -272,3 +253,14 @@ def find_runs(uri: str, experiment: str, tags: Optional[dict[str, str]] = None,
                               order_by=["attributes.start_time ASC"])
     return [{"run_id": r.info.run_id, "name": r.info.run_name, "status": r.info.status, "tags": r.data.tags,
              "params": r.data.params, "metrics": r.data.metrics} for r in runs]
+
+
+def artifact_files(uri: str, run_id: str, folder: str) -> list[str]:
+    """Artifact paths directly under `folder` of a run (the leaderboard zip gathers many runs')."""
+    return [f.path for f in MlflowClient(tracking_uri=uri).list_artifacts(run_id, folder) if not f.is_dir]
+
+
+def artifact_text(uri: str, run_id: str, path: str, dst: str) -> str:
+    """One artifact's text, downloaded into the folder `dst`."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per file: noise
+    return Path(MlflowClient(tracking_uri=uri).download_artifacts(run_id, path, dst)).read_text()

@@ -1,35 +1,31 @@
-"""The MLflow UI: experiments open as classic ML experiments with the metrics that matter in view,
+"""The MLflow UI: experiments open as classic ML experiments with the columns that matter in view,
 and `make ui` prints its URL once the server answers.
 
-MLflow 3 decides an experiment's sidebar from its tag `mlflow.experimentKind` (GenAI otherwise, which
-hides training runs behind "Evaluation runs"); `custom_model_development` is the classic runs table.
-The runs table's columns come from a shared view state: an experiment tag
-`mlflow.sharedViewState.<key>` holding JSON ({"selectedColumns": ...}), opened by the URL parameter
-`viewStateShareKey=<key>` (both read by MLflow's UI bundle). The table shows a group's columns
-(metrics before tags, each group sorted by name), not in the listed order, so only tags are
-selected: `score` (eval/score rounded), what tells runs apart, and a sweep's swept keys (tags of its
-children). A sweep job unfolds its parent row so the children's scores show.
-The UI's own "GenAI | Model training" switch follows the URL parameter workflowType=machine_learning.
+MLflow 3 shows an experiment as GenAI (training runs hidden behind "Evaluation runs") unless its tag
+`mlflow.experimentKind` is `custom_model_development`; the URL parameter workflowType=machine_learning
+sets the UI's own switch. The runs table's columns come from a shared view state: the experiment tag
+`mlflow.sharedViewState.<key>` (JSON), opened by the URL parameter `viewStateShareKey=<key>`. The table
+puts every metric column before the tags, so only tags are selected: `score` (eval/score rounded),
+what tells runs apart, and a sweep's swept keys. A sweep job unfolds its parent row.
 
-MLflow's Assistant panel opens by itself, once per browser, over the table; no server setting stops
-that: the UI bundle offers the Assistant whenever the page's host name is `localhost` or
-`127.0.0.1` (or the server allows remote use, MLFLOW_ENABLE_REMOTE_ASSISTANT), and auto-opens it on
-the first visit (browser storage key mlflow.assistant.fab.autoOpenedOnFirstLoad). `make ui`
-therefore prints its links on `localhost.` (the same loopback host, spelled as a fully qualified
-name), which the bundle does not take for a local server, and lets the server accept that host
-name (--allowed-hosts, --cors-allowed-origins).
+MLflow's Assistant panel opens by itself over the table on a first visit whenever the page's host is
+`localhost` or `127.0.0.1`, and no server setting stops that: `make ui` prints its links on
+`localhost.` (the same loopback host, spelled as a fully qualified name) and lets the server accept
+that host name (--allowed-hosts, --cors-allowed-origins).
 """
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 from deepen_run.errors import fail
+from deepen_run.masking import mask_uri
 
 KIND = ("mlflow.experimentKind", "custom_model_development")
 VIEW = "deepen-run"  # the share key
@@ -44,9 +40,8 @@ LAST = ("tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`duplicate_laye
         "tags.`seed`", "tags.`dry_run`")
 
 
-def columns(eval_keys: list[str] = (), before: list[str] | None = None, swept: list[str] = ()) -> list[str]:
-    """The score tag, then the latest sweep's swept keys (tag columns), then what tells runs
-    apart. eval_keys: the run's metrics, not shown by default (see the module's docstring)."""
+def columns(before: list[str] | None = None, swept: list[str] = ()) -> list[str]:
+    """The score tag, then the latest sweep's swept keys (tag columns), then what tells runs apart."""
     swept = [c for c in (list(swept) or _swept_before(list(before or []))) if c not in FIRST]
     return [*FIRST, *swept, *(c for c in LAST if c not in swept)]
 
@@ -63,7 +58,8 @@ def _swept_before(before: list[str]) -> list[str]:
 def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | None = None,
           swept: list[str] = ()) -> None:
     """Mark the experiment classic ML, set its default columns, unfold `expand` (a sweep's parent
-    run), put `swept` (a starting sweep's tag columns) right after eval/score."""
+    run), put `swept` (a starting sweep's tag columns) right after the score. eval_keys: unused (the
+    metrics stay one click away, under Columns)."""
     exp = client.get_experiment(experiment_id)
     if exp.tags.get(KIND[0]) != KIND[1]:
         client.set_experiment_tag(experiment_id, *KIND)
@@ -72,7 +68,7 @@ def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | N
     except ValueError:
         old = {}
     expanded = dict(old.get("runsExpanded", {})) | ({expand: True} if expand else {})
-    state = {"selectedColumns": columns(list(eval_keys), old.get("selectedColumns", []), list(swept)),
+    state = {"selectedColumns": columns(old.get("selectedColumns", []), list(swept)),
              "orderByKey": "attributes.start_time", "orderByAsc": False, "runsExpanded": expanded}
     if state != old:
         client.set_experiment_tag(experiment_id, VIEW_TAG, json.dumps(state))
@@ -91,8 +87,6 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     from mlflow.tracking import MlflowClient
 
     if store.startswith(("http://", "https://")):  # MLFLOW_TRACKING_URI names a server: it serves its own UI
-        from deepen_run.masking import mask_uri
-
         print(f"{mask_uri(store)} is a tracking server: its UI is {mask_uri(store).rstrip('/')}/ (nothing to start)")
         return 0
     base, shown = f"http://127.0.0.1:{port}", f"http://localhost.:{port}"  # see the module's docstring
@@ -105,8 +99,6 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     # MLflow 3's server job runner (background jobs of its GenAI features, a pool of huey worker processes)
     # serves nothing this UI shows: off unless the user turns it on, so the UI starts and idles lighter.
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    import socket
-
     with socket.socket() as probe:  # else the links printed below would lead to whatever holds the port
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is free
         try:
@@ -135,8 +127,7 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
         for name in experiments:
             exp = client.get_experiment_by_name(name)
             if exp is not None:  # experiments made before these settings existed get them now
-                runs = client.search_runs([exp.experiment_id], max_results=200)
-                apply(client, exp.experiment_id, sorted({k for r in runs for k in r.data.metrics}))
+                apply(client, exp.experiment_id)
                 print(f"  {name}: {table_url(shown, exp.experiment_id)}")
         sys.stdout.flush()
         while proc.poll() is None and not asked:
