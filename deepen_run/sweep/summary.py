@@ -198,7 +198,11 @@ def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
     children = current_children(info)
     table = report.build([r for r in children if r["status"] == "FINISHED"])
     md = report.to_markdown(table) if table["rows"] else None
-    tracker.set_tags({NOTE: note(info, children, md, state, table["tasks"])})
+    from deepen_run.sweep.parent_row import parent_tags
+
+    # the collapsed parent row's cells (best score, the children's values), with the note
+    tracker.set_tags({NOTE: note(info, children, md, state, table["tasks"])}
+                     | parent_tags(children, list(swept(info["params"])), info.get("n_jobs")))
     from deepen_run.sweep.figure import figure, score_points
 
     if score_points(children, []):  # a finished child with an eval/score (a dry run has none)
