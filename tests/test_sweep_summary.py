@@ -79,6 +79,10 @@ def test_the_parent_answers_the_sweep(arm_sweep, capsys):
     exp = client.get_experiment(parent.info.experiment_id)
     assert json.loads(exp.tags[ui.VIEW_TAG])["selectedColumns"][:3] == \
         ["tags.`score`", "tags.`arm`", "tags.`seed`"]
+    # The parent's own row, collapsed, reads as the sweep (sweep/parent_row.py), not "-" in every cell.
+    best = max(float(c.data.tags["score"]) for c in children)
+    assert parent.data.tags["score"] == f"best {best:.4f} (6 of 6 runs)"
+    assert (parent.data.tags["arm"], parent.data.tags["seed"]) == ("baseline,hire_g1,hire_g2", "1,2")
 
 
 def _child(tracker_uri, sweep_id, parent_id, seed, gru, acc, job=None, status="FINISHED"):

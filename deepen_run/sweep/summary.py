@@ -17,6 +17,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from deepen_run.run.names import run_name
 from deepen_run.sweep.figure import figure, score_points
+from deepen_run.sweep.parent_row import parent_tags
 from deepen_run.tracking import ui
 from deepen_run.util import first_line
 
@@ -186,7 +187,9 @@ def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
     children = current_children(info)
     table = report.build([r for r in children if r["status"] == "FINISHED"])
     md = report.to_markdown(table) if table["rows"] else None
-    tracker.set_tags({NOTE: note(info, children, md, state)})
+    # the collapsed parent row's cells (best score, the children's values), with the note
+    tracker.set_tags({NOTE: note(info, children, md, state)}
+                     | parent_tags(children, list(swept(info["params"])), info.get("n_jobs")))
     if score_points(children, []):  # a finished child with an eval/score (a dry run has none)
         tracker.log_figure(figure(children, list(swept(info["params"]))), FIGURE)
     return table if table["rows"] else None
