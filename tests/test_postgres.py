@@ -41,7 +41,7 @@ def install() -> str:
             if r.returncode != 0:
                 return f"{' '.join(cmd)} failed: {(r.stderr or r.stdout).strip()[-300:]}"
     try:
-        import psycopg2  # noqa: F401 (mlflow's driver for postgresql:// URIs)
+        import psycopg2  # noqa: F401 (the driver of postgresql+psycopg2:// URIs)
     except ImportError:
         return "psycopg2 is missing: pip install psycopg2-binary (the dev extra has it)"
     return "" if bin_dir() is not None else "apt-get installed postgresql, but initdb is missing"
@@ -55,7 +55,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def postgres():
-    """A private PostgreSQL server -> its mlflow database's URI. As root it runs as `postgres`, so its
+    """A private PostgreSQL server -> its mlflow database (user@host:port/name). As root it runs as `postgres`, so its
     folder is one that user owns (pytest's tmp folders are root's alone)."""
     why = install()
     if why:
@@ -79,7 +79,7 @@ def postgres():
             time.sleep(0.3)
         subprocess.run([str(pg / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "mlflow", "mlflow"],
                        check=True, capture_output=True)
-        yield f"postgresql://mlflow@127.0.0.1:{port}/mlflow"
+        yield f"mlflow@127.0.0.1:{port}/mlflow"
     finally:
         pid_file = data / "postmaster.pid"
         pid = int(pid_file.read_text().split()[0]) if pid_file.is_file() else proc.pid
@@ -94,7 +94,9 @@ def server(postgres, tmp_path):
     port = free_port()
     exe = Path(sys.executable).with_name("mlflow")
     with open(tmp_path / "server.log", "w") as log:
-        proc = subprocess.Popen([str(exe), "server", "--backend-store-uri", postgres, "--artifacts-destination",
+        proc = subprocess.Popen([str(exe), "server", "--backend-store-uri",
+                                 # SQLAlchemy 2.1's plain postgresql:// means psycopg 3; psycopg2 is named
+                                 f"postgresql+psycopg2://{postgres}", "--artifacts-destination",
                                  str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
                                  "--workers", "1"], stdout=subprocess.DEVNULL, stderr=log,
                                 env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
@@ -127,6 +129,6 @@ def test_a_run_through_a_tracking_server_on_postgresql(server, postgres, glue_di
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [1, 2]
     assert "eval/score" in run.data.metrics
     # The server kept it in PostgreSQL, not in a store of its own.
-    with psycopg2.connect(postgres) as db, db.cursor() as cur:
+    with psycopg2.connect(f"postgresql://{postgres}") as db, db.cursor() as cur:
         cur.execute("SELECT status FROM runs WHERE run_uuid = %s", (run.info.run_id,))
         assert cur.fetchall() == [("FINISHED",)]
