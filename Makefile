@@ -28,7 +28,7 @@ test: install
 # The development loop: unit contracts on the tiny random BERT, no end-to-end or slow runs; one test
 # process a core (pytest-xdist; worksteal hands out the longer tests early).
 test-fast: install
-	$(BIN)/pytest -q -n auto --dist worksteal -m "not e2e and not slow and not subprocess and not slurm" --durations=5
+	$(BIN)/pytest -q -n auto --dist worksteal -m "not e2e and not slow and not subprocess and not slurm and not postgres" --durations=5
 
 # HIRE on SST-2, offline MiniLM, a 2000-example subset: a few minutes on a laptop CPU.
 # Keeps its weights (train.save_best=true): deepen-predict --run <its id> "a gorgeous, witty film" uses them.

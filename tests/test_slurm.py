@@ -66,6 +66,12 @@ def slurm_id(cluster, task: int) -> str:
     return next((j for j in r.stdout.split() if j.endswith(f"_{task}")), "")
 
 
+def queued(cluster, task: int) -> str:
+    """The SLURM id of array task `task`, pending or running."""
+    r = cluster.run("squeue", "-h", "-o", "%i")
+    return next((j for j in r.stdout.split() if j.endswith(f"_{task}")), "")
+
+
 def wait(proc: subprocess.Popen, until, what: str) -> None:
     t0 = time.time()
     while not until():
@@ -91,11 +97,25 @@ def history(client, run, key="train/loss"):
     return [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
 
 
-def check_twins(cluster, proc, uri: str) -> None:
-    t0 = time.time()
+def diagnosis(cluster, sweep: Path) -> str:
+    """What SLURM and submitit say about the sweep's jobs (its logs end with why a job stopped)."""
+    logs = "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-1500:]}"
+                     for f in sorted((sweep / ".submitit").glob("**/*_log.err")))
+    return cluster.run("scontrol", "show", "job").stdout[-4000:] + logs
+
+
+def check_twins(cluster, proc, uri: str, sweep: Path) -> None:
+    t0, idle = time.time(), None
     while proc.poll() is None:
-        assert time.time() - t0 < LIMIT, "the sweep did not end"
+        assert time.time() - t0 < LIMIT, "the sweep did not end: " + diagnosis(cluster, sweep)
         release(cluster)
+        # No job pending or running while the launcher still waits: one ended without a result file
+        # (killed outside submitit's handler), and without accounting (sacct) submitit waits forever.
+        if cluster.run("squeue", "-h", "-o", "%i").stdout.strip():
+            idle = None
+        elif idle is None:
+            idle = time.time()
+        assert idle is None or time.time() - idle < 60, "the launcher waits on no job: " + diagnosis(cluster, sweep)
         time.sleep(1)
     assert proc.returncode == 0, tail(proc)
     client, runs = runs_of(uri)
@@ -122,7 +142,7 @@ def test_a_requeued_job_continues_as_the_same_run(cluster, tmp_path, glue_dir):
         assert job, cluster.run("squeue").stdout
         r = cluster.run("scontrol", "requeue", job)
         assert r.returncode == 0, r.stderr
-        check_twins(cluster, proc, uri)
+        check_twins(cluster, proc, uri, sweep)
         assert restarts(cluster, job) == 1
     finally:
         if proc.poll() is None:
@@ -130,19 +150,18 @@ def test_a_requeued_job_continues_as_the_same_run(cluster, tmp_path, glue_dir):
             proc.wait()
 
 
-@pytest.mark.skip(reason="issue #61, open: SIGUSR2 arrives, both jobs save and end KILLED and submitit requeues "
-                         "them, but the sweep did not end within 7 min (its launcher waited on a job SLURM no longer "
-                         "listed); not diagnosed yet")
 def test_a_job_at_its_time_limit_saves_and_is_requeued(cluster, tmp_path, glue_dir):
-    # SLURM sends SIGUSR2 signal_delay_s before the one-minute limit (sbatch --signal=USR2@45); the job
-    # stops at a step's end, saved, and submitit requeues it; each attempt continues the last.
+    # SLURM sends SIGUSR2 signal_delay_s before the one-minute limit (sbatch --time=1 --signal=USR2@30):
+    # the job stops at a step's end, saved, and submitit requeues it; each attempt continues the last.
+    # Job 1 (the twin that runs whole) gets a longer limit at once, so it is the uninterrupted run.
     proc, sweep, uri = launch(cluster, tmp_path, glue_dir, "hydra.launcher.timeout_min=1",
-                              "hydra.launcher.signal_delay_s=45", "hydra.launcher.max_num_timeout=10",
-                              "train.max_steps=600")
+                              "hydra.launcher.signal_delay_s=30", "hydra.launcher.max_num_timeout=30")
     try:
-        wait(proc, lambda: slurm_id(cluster, 0), "job 0 started")
+        wait(proc, lambda: slurm_id(cluster, 0) and queued(cluster, 1), "the jobs started")
+        r = cluster.run("scontrol", "update", f"JobId={queued(cluster, 1)}", "TimeLimit=30")
+        assert r.returncode == 0, r.stderr
         job = slurm_id(cluster, 0)
-        check_twins(cluster, proc, uri)
+        check_twins(cluster, proc, uri, sweep)
         assert restarts(cluster, job) >= 1  # the time limit did interrupt it
     finally:
         if proc.poll() is None:
