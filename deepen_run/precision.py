@@ -4,6 +4,9 @@ deepen_run.load, which predicts at the precision its run evaluated in. And the a
 that goes with it (train.attention, choose_attention)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import torch
 
 
@@ -38,8 +41,7 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
 
 
 def precision_choice(value: str) -> tuple[str, str]:
-    """choose_precision on this machine: -> (precision, reason). With several processes on a GPU
-    machine, every rank asks the same question of the same hardware, so all agree."""
+    """choose_precision on this machine: -> (precision, reason)."""
     cuda = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return choose_precision(value, cuda, set() if cuda else cpu_flags())
 
@@ -60,13 +62,6 @@ def choose_attention(value: str, precision: str, cuda: bool) -> tuple[str | None
     if precision == "bf16" and not cuda:
         return "eager", "auto: bf16 on a CPU"
     return None, "auto: transformers' default"
-
-
-def attention_choice(tcfg) -> tuple[str | None, str]:
-    """choose_attention for a run's train config on this machine; the backbone is built with it
-    (model/steps.py). A saved model records the run's choice (serve/bundle.py, run_choices)."""
-    precision = precision_choice(tcfg.mixed_precision)[0]
-    return choose_attention(str(tcfg.get("attention", "auto")), precision, torch.cuda.is_available())
 
 
 def _bf16_cpu_path(key: str, value: str, precision: str, cuda: bool, fast: str, other: tuple[str, str]):
@@ -93,16 +88,31 @@ def choose_unpad(value: str, precision: str, cuda: bool) -> tuple[str, str]:
     return _bf16_cpu_path("unpad", value, precision, cuda, "on", ("off", "auto: the padded path elsewhere"))
 
 
-def dropout_masks_choice(tcfg) -> tuple[str, str]:
-    """choose_dropout_masks for a run's train config on this machine."""
-    return _on_this_machine(choose_dropout_masks, tcfg, "dropout_masks")
+@dataclass(frozen=True)
+class Compute:
+    """How a run computes, resolved once on this machine (resolve): each choice with its reason. The
+    runner logs it as params and passes it on (the Accelerator, the backbone's attention, the fast
+    paths, the saved model's info), so no later stage decides again."""
+    precision: str  # Accelerate's mixed_precision: no | fp16 | bf16
+    precision_reason: str
+    attention: Optional[str]  # transformers' attn_implementation; None: its default
+    attention_reason: str
+    dropout_masks: str  # torch | fast
+    dropout_masks_reason: str
+    unpad: str  # on | off
+    unpad_reason: str
+
+    def params(self) -> dict[str, str]:
+        return {"train/precision": self.precision, "train/precision_reason": self.precision_reason,
+                "train/attention": self.attention or "default", "train/attention_reason": self.attention_reason,
+                "train/dropout_masks": self.dropout_masks, "train/dropout_masks_reason": self.dropout_masks_reason}
 
 
-def unpad_choice(tcfg) -> tuple[str, str]:
-    """choose_unpad for a run's train config on this machine."""
-    return _on_this_machine(choose_unpad, tcfg, "unpad")
-
-
-def _on_this_machine(choose, tcfg, key: str):
-    precision = precision_choice(tcfg.mixed_precision)[0]
-    return choose(str(tcfg.get(key, "auto")), precision, torch.cuda.is_available())
+def resolve(tcfg) -> Compute:
+    """The choices of a run's train config on this machine. With several processes every rank asks
+    the same question of the same hardware, so all agree."""
+    precision, why = precision_choice(str(tcfg.get("mixed_precision", "no")))
+    cuda = torch.cuda.is_available()
+    return Compute(precision, why, *choose_attention(str(tcfg.get("attention", "auto")), precision, cuda),
+                   *choose_dropout_masks(str(tcfg.get("dropout_masks", "auto")), precision, cuda),
+                   *choose_unpad(str(tcfg.get("unpad", "auto")), precision, cuda))

@@ -55,7 +55,7 @@ from deepen_run.model import steps as backbone_steps  # noqa: E402
 from deepen_run.data import tsv  # noqa: E402
 from deepen_run.config.schema import ROOT, register  # noqa: E402
 from deepen_run.methods import schemas  # noqa: E402
-from deepen_run.run.fast import resolve_precision  # noqa: E402
+from deepen_run.precision import resolve_precision  # noqa: E402
 from deepen_run.data.glue import get_tasks  # noqa: E402
 from deepen_run.methods import METHODS  # noqa: E402
 from deepen_run.model.heads import count  # noqa: E402

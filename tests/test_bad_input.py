@@ -291,14 +291,14 @@ def test_cheap_checks_load_no_model_library(glue_dir, tmp_path):
 
 
 def test_scheduler_names_are_transformers_schedulers():
-    """preflight.SCHEDULERS (a literal: the cheap checks import no transformers) is exactly the set of
+    """config.checks.SCHEDULERS (a literal: the config imports no transformers) is exactly the set of
     transformers' SchedulerType values that build from warmup and total steps alone and step without
     a metric, as run/optim.py (scheduler_for) uses them: a scheduler transformers adds or drops fails here."""
     import torch
     from transformers import get_scheduler
     from transformers.trainer_utils import SchedulerType
 
-    from deepen_run.run.preflight import SCHEDULERS
+    from deepen_run.config.checks import SCHEDULERS
 
     def builds(name: str) -> bool:
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)

@@ -55,6 +55,7 @@ def test_the_trainer_bench_job_visits_examples_in_deepen_runs_order():
 
     import torch
 
+    from deepen_run.precision import resolve
     from deepen_run.run.fast import make_accelerator
 
     path = Path(__file__).resolve().parent.parent / "scripts" / "benchkit" / "trainer_job.py"
@@ -65,7 +66,7 @@ def test_the_trainer_bench_job_visits_examples_in_deepen_runs_order():
     n, seed = 200, 42
     ids = [[101, 1000 + i, 102] for i in range(n)]  # each row's middle token is its index
     ds = datasets.Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * 3] * n, "label": [0] * n})
-    loader = make_accelerator(cfg.train).prepare(make_loader(ds, bb.load_tokenizer(cfg.backbone), 8, True, seed))
+    loader = make_accelerator(cfg.train, resolve(cfg.train).precision).prepare(make_loader(ds, bb.load_tokenizer(cfg.backbone), 8, True, seed))
     seen = [int(x) - 1000 for b in itertools.islice(iter(TaskStream(loader, seed)), n // 8) for x in b["input_ids"][:, 1]]
     assert seen == job.same_order(n, seed)
     assert seen != torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()  # the Trainer's own
@@ -78,6 +79,7 @@ def test_longest_first_evaluation_gives_predictions_labels_in_dataset_order(glue
     from deepen_run.data.glue import get_tasks
     from deepen_run.data.loaders import eval_loader, load_task
     from deepen_run.methods import METHODS
+    from deepen_run.precision import resolve
     from deepen_run.run.fast import make_accelerator
     from deepen_run.run.predict import predict
 
@@ -86,7 +88,7 @@ def test_longest_first_evaluation_gives_predictions_labels_in_dataset_order(glue
     tasks = get_tasks(["stsb"])
     torch.manual_seed(0)
     model = METHODS["baseline"].build(bb.load_model(cfg.backbone), cfg.method, tasks).eval()
-    tok, acc = bb.load_tokenizer(cfg.backbone), make_accelerator(cfg.train)
+    tok, acc = bb.load_tokenizer(cfg.backbone), make_accelerator(cfg.train, resolve(cfg.train).precision)
     ds = load_task(tasks[0], cfg.data, tok, cfg.seed, with_train=False).dev["stsb"]
     sorted_loader, file_order = acc.prepare(eval_loader(ds, tok, 8)), acc.prepare(make_loader(ds, tok, 8, False, 0))
     assert sum(b["input_ids"].numel() for b in sorted_loader) < sum(b["input_ids"].numel() for b in file_order)

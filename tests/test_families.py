@@ -19,7 +19,7 @@ from deepen_run.model import adapter, probe, steps
 from deepen_run.model import backbone as bb
 from deepen_run.model.families import FAMILIES
 from deepen_run.model.heads import new_parameters
-from deepen_run.precision import attention_choice
+from deepen_run.precision import resolve
 
 ALL = sorted(FAMILIES)
 DISTINCT = [f for f in ALL if not FAMILIES[f].shared_layers]  # families whose layers can be copied
@@ -111,7 +111,7 @@ def test_a_saved_deepened_model_reloads_as_itself(family, tmp_path):
             p.add_(torch.randn_like(p) * 0.01)
     deep.eval().save_pretrained(tmp_path)
     # With the attention kernel the run chose (train.attention): transformers does not save it.
-    back = AutoModel.from_pretrained(tmp_path, attn_implementation=attention_choice(cfg.train)[0]).eval()
+    back = AutoModel.from_pretrained(tmp_path, attn_implementation=resolve(cfg.train).attention).eval()
     assert back.config.num_hidden_layers == 4 == len(adapter.layers(back))
     assert getattr(back.config, "layer_types", None) == getattr(deep.config, "layer_types", None)
     x = adapter.inputs(deep, **batch())

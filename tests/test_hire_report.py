@@ -11,7 +11,8 @@ from mlflow.tracking import MlflowClient
 from conftest import make_cfg
 from deepen_run.model import backbone as bb
 from deepen_run.data import loaders as gd
-from deepen_run.run.context import RunContext
+from deepen_run.precision import resolve
+from deepen_run.run.context import RunState
 from deepen_run.run.evaluation import evaluate
 from deepen_run.run.fast import make_accelerator
 from deepen_run.data.glue import get_tasks
@@ -33,7 +34,7 @@ def test_report_uses_the_evaluation_and_matches_a_separate_pass(glue_dir, mlflow
     model = hire.build(bb.load_model(cfg.backbone), cfg.method, tasks)
     tok = bb.load_tokenizer(cfg.backbone)
     data = {t.name: gd.load_task(t, cfg.data, tok, cfg.seed, with_train=False) for t in tasks}
-    acc = make_accelerator(cfg.train)
+    acc = make_accelerator(cfg.train, resolve(cfg.train).precision)
     dev = {name: acc.prepare(gd.eval_loader(ds, tok, BATCH))  # longest first, as a run evaluates
            for d in data.values() for name, ds in d.dev.items()}
     forwards = []
@@ -44,7 +45,8 @@ def test_report_uses_the_evaluation_and_matches_a_separate_pass(glue_dir, mlflow
     tracker = Tracker(mlflow_uri, "hire-report")
     tracker.check()
     tracker.start("report", {})
-    hire.after_train(model, RunContext(cfg, tasks, data, tok, tracker, acc, evaluation=ev))
+    hire.after_train(model, RunState(cfg, tasks, model, None, (), acc, tracker, resolve(cfg.train), tokenizer=tok,
+                                     data=data, evaluation=ev))
     tracker.end("FINISHED")
     assert len(forwards) == sum(len(dl) for dl in dev.values())  # the report ran nothing through the model
 

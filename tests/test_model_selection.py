@@ -15,10 +15,11 @@ def test_load_best_restores_the_kept_weights_a_shared_tensor_included(tmp_path):
     """Saved at its best, the model moves on; load_best puts every weight back, a parameter shared by two
     modules (stored once by safetensors, as PALs' shared projections) included."""
     from deepen_run.run.checkpoint import Checkpointer
+    from deepen_run.precision import resolve
     from deepen_run.run.fast import make_accelerator
 
     cfg = make_cfg("train.model_selection=best", "train.eval_every=1")
-    acc = make_accelerator(cfg.train)
+    acc = make_accelerator(cfg.train, resolve(cfg.train).precision)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
     model[1].weight = model[0].weight  # one tensor, two names
     saver = Checkpointer(tmp_path, cfg.train, acc, total=10)
@@ -90,10 +91,11 @@ def test_a_checkpoint_being_written_is_not_a_step_dir(tmp_path):
     checkpoints/step-N. A reader globbing step-*/trainer_state.json (test_resume's wait) once found the
     half-written one, and read an empty state after a SIGKILL (seen under load)."""
     from deepen_run.run.checkpoint import Checkpointer
+    from deepen_run.precision import resolve
     from deepen_run.run.fast import make_accelerator
 
     cfg = make_cfg("train.save_every=1")
-    acc = make_accelerator(cfg.train)
+    acc = make_accelerator(cfg.train, resolve(cfg.train).precision)
     saver = Checkpointer(tmp_path, cfg.train, acc, total=10)
     seen = []
 

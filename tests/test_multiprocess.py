@@ -15,7 +15,7 @@ from hydra.errors import ConfigCompositionException
 from conftest import HANG, make_cfg, runs_of
 from deepen_run.cli.run import quiet_other_ranks
 from deepen_run.config.schema import ROOT
-from deepen_run.run.fast import resolve_precision
+from deepen_run.precision import resolve_precision
 
 
 def test_only_rank_zero_keeps_hydra_outputs(monkeypatch):
@@ -32,7 +32,7 @@ def test_only_rank_zero_keeps_hydra_outputs(monkeypatch):
 
 
 def test_mixed_precision_auto_follows_the_hardware_and_typos_fail(glue_dir):
-    from deepen_run.run.fast import cpu_flags
+    from deepen_run.precision import cpu_flags
 
     if not __import__("torch").cuda.is_available():  # bf16 only on a CPU with native bf16 matmuls
         assert resolve_precision("auto") == ("bf16" if {"amx_bf16", "avx512_bf16"} & cpu_flags() else "no")

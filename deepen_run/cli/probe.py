@@ -124,9 +124,9 @@ def check(cfg) -> list:
             raise UserError(f"data.{key}={cfg.data[key]}: deepen-probe reads dev examples only (probe.samples "
                             f"of them, data.max_eval_samples at most): drop data.{key}")
     from deepen_run.run.places import tracking_store
-    from deepen_run.run.preflight import min_length, seq_length
+    from deepen_run.run.preflight import seq_length
 
-    min_length(cfg.data)
+    OmegaConf.to_object(cfg.data)  # data's own checks (config/checks.py), e.g. data.max_seq_length
     tracking_store(cfg.tracking)
     gd.check_glue_dir(cfg.data.glue_dir, tasks, need_train=False)
     bb.preflight(cfg.backbone)

@@ -151,7 +151,7 @@ def counted_switches(overrides: list[str]) -> None:
     override is read by Hydra's own parser (sweeps, choice(), range(), quoted values)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from deepen_run.config.schema import bool_keys
+    from deepen_run.config.keys import bool_keys
 
     switches, parser = bool_keys(schemas()), OverridesParser.create()
     for arg in overrides:

@@ -7,14 +7,13 @@ this layer imports nothing of methods/.
 
 Each field is described once, by its `key: meaning` line in its dataclass's docstring (what
 `deepen-run --help` shows). A key that cannot change a run's result (where outputs go, logging and
-checkpoint cadence, tracking) is marked neutral() here; neutral_keys() lists them (the report's
-grouping ignores them).
+checkpoint cadence, tracking) is marked neutral() here; config/keys.py lists them (the report's
+grouping ignores them). A value composition lets through but the run cannot use (a negative rate)
+is refused when the dataclass is built from the composed config: __post_init__ (config/checks.py).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-import typing
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from deepen_run.config import checks
 from deepen_run.config.choices import (Attention, DropoutMasks, DuplicateInit, DuplicateTrain, OptimizerImpl, Precision, ScheduleKind,
                                        Selection, Unpad)
 
@@ -103,6 +103,9 @@ class BackboneConfig:
     dwa: bool = False
     cosine_samples: int = 256  # a measurement before training, not part of it
 
+    def __post_init__(self) -> None:
+        checks.backbone(self)
+
 
 @dataclass
 class TaskConfig:
@@ -127,6 +130,9 @@ class ScheduleConfig:
     alpha: float = 1.0
     alpha_end: float = 0.2
 
+    def __post_init__(self) -> None:
+        checks.schedule(self)
+
 
 @dataclass
 class DataConfig:
@@ -149,6 +155,9 @@ class DataConfig:
     group_by_length: bool = False
     cache_dir: str = neutral("${root:}/outputs/cache")
     num_workers: int = neutral(0)
+
+    def __post_init__(self) -> None:
+        checks.data(self)
 
 
 @dataclass
@@ -217,6 +226,9 @@ class TrainConfig:
     save_total_limit: int = neutral(2)
     save_best: Optional[bool] = neutral(None)
 
+    def __post_init__(self) -> None:
+        checks.train(self)
+
 
 @dataclass
 class TrackingConfig:
@@ -263,39 +275,6 @@ class Config:
     dry_run: bool = neutral(False)
     predict: bool = neutral(False)
     resume: Any = neutral(None)  # Any: the CLI gives a bool (resume=true) or a path
-
-
-def neutral_keys(schema: type = None, prefix: str = "", methods: Mapping[str, type] = MappingProxyType({})
-                 ) -> frozenset[str]:
-    """Dotted keys marked neutral() in `schema` (default: Config) and its nested dataclasses; for
-    Config, method.* from each method schema in `methods` too (name -> dataclass, methods.schemas():
-    e.g. method.report_examples)."""
-    schema = schema or Config
-    hints = typing.get_type_hints(schema)
-    out = {prefix + f.name for f in dataclasses.fields(schema) if f.metadata.get("neutral")}
-    for f in dataclasses.fields(schema):
-        if dataclasses.is_dataclass(hints.get(f.name)):
-            out |= neutral_keys(hints[f.name], f"{prefix}{f.name}.")
-    if schema is Config:
-        for method in methods.values():
-            out |= neutral_keys(method, "method.")
-    return frozenset(out)
-
-
-def bool_keys(methods: Mapping[str, type] = MappingProxyType({}), schema: type = None, prefix: str = ""
-              ) -> frozenset[str]:
-    """Dotted keys of the bool fields of `schema` (default: Config) and its nested dataclasses, and
-    method.* of each method schema in `methods`: OmegaConf reads any integer there as true or false."""
-    schema = schema or Config
-    hints = typing.get_type_hints(schema)
-    out = {prefix + name for name, kind in hints.items()  # bool, or Optional[bool] (train.save_best)
-           if kind is bool or set(typing.get_args(kind)) == {bool, type(None)}}
-    for name, kind in hints.items():
-        if dataclasses.is_dataclass(kind):
-            out |= bool_keys(schema=kind, prefix=f"{prefix}{name}.")
-    for method in methods.values():
-        out |= bool_keys(schema=method, prefix="method.")
-    return frozenset(out)
 
 
 def register(methods: Mapping[str, type]) -> None:

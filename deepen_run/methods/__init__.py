@@ -12,7 +12,7 @@ A method's folder holds (what each must provide is written down as Protocols in 
                                  wherever it sits) and forward(task, ...) -> contract.Output;
                                  it sets requires_grad for what trains
     and optionally the hooks (contract.OPTIONAL_HOOKS, fetched with hook(module, name)):
-    after_build(model, ctx)      before training (ctx: deepen_run.run.context.RunContext)
+    after_build(model, ctx)      before training (ctx: deepen_run.run.context.RunState)
     after_train(model, ctx)      after the final evaluation (figures, tables)
   report.py    optional: what after_train records
 conf/method/<name>.yaml, optional, selects the schema (a defaults line) and may say more; without it

@@ -65,7 +65,7 @@ def _check(cfg) -> None:
 
 
 def _after_build(model, ctx) -> None:
-    """Once the data is loaded, before training (ctx: deepen_run.run.context.RunContext)."""
+    """Once the data is loaded, before training (ctx: deepen_run.run.context.RunState)."""
 
 
 def _after_train(model, ctx) -> None:

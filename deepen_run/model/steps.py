@@ -71,12 +71,14 @@ def after_train(backbone, ctx) -> None:
         step.after_train(backbone, ctx)
 
 
-def load(cfg):
+def load(cfg, compute=None):
     """The backbone of a run: loaded, then every step applied. -> (backbone, the parameters it was
-    loaded with, Added): what model.new_parameters needs to tell pretrained weights from new ones."""
+    loaded with, Added): what model.new_parameters needs to tell pretrained weights from new ones.
+    compute: the run's resolved choices (deepen_run/precision.py), resolved here for a caller without."""
     from deepen_run.model import backbone as bb
-    from deepen_run.precision import attention_choice
+    from deepen_run.precision import resolve
 
-    backbone, fresh = bb.load_model(cfg.backbone, with_fresh=True, attention=attention_choice(cfg.train)[0])
+    attention = (compute or resolve(cfg.train)).attention
+    backbone, fresh = bb.load_model(cfg.backbone, with_fresh=True, attention=attention)
     loaded = tuple(backbone.parameters())
     return backbone, loaded, apply(backbone, cfg, fresh)

@@ -20,7 +20,7 @@ import os
 import re
 from types import MappingProxyType
 
-from deepen_run.config.schema import neutral_keys
+from deepen_run.config.keys import neutral_keys
 from deepen_run.methods import REFERENCE, schemas
 
 # Never part of the key: the seed (what a row averages over) and the keys the schema marks neutral

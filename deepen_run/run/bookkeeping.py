@@ -32,7 +32,7 @@ def log_run_records(r) -> None:
     """Before the first step: the N_i the sampler uses (what is trained on, after train_fraction /
     max_train_samples) on a fresh run, and a multi-task run's sampling probabilities as a table and
     a figure."""
-    data, tracker = r.ctx.data, r.tracker
+    data, tracker = r.data, r.tracker
     if r.start == 0:
         tracker.log_metrics({f"data/train_examples/{t}": len(d.train) for t, d in data.items()}, 0)
     if len(data) > 1:

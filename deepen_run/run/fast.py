@@ -1,8 +1,9 @@
 """Device fast paths in one place, so the loop stays plain (docs/performance.md has the measurements).
 
 - bf16 autocast where the hardware runs bf16 matmuls natively: train.mixed_precision=auto picks it on
-  a bf16 GPU and on a CPU with AMX or AVX-512 BF16 (choose_precision); elsewhere, and with
-  train.mixed_precision=no, the exact fp32 path. The choice and its reason are run params.
+  a bf16 GPU and on a CPU with AMX or AVX-512 BF16; elsewhere, and with train.mixed_precision=no, the
+  exact fp32 path. The runner resolves these choices once (deepen_run/precision.py, Compute); they
+  and their reasons are run params.
 - Training's layer Linears on the real tokens alone where bf16 runs on a CPU (use_unpad, train.unpad).
 - Intra-op threads from the CPUs the process may use, OpenMP waiting passively (run/threads.py).
 - CUDA: TF32 matmuls. AdamW's kernel: train.optimizer_impl (adamw_kwargs). Optional torch.compile
@@ -18,10 +19,8 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedDataParallelKwargs, GradientAccumulationPlugin, TorchDynamoPlugin
 
-# The precision choice lives below run/: deepen_run.load predicts at its run's precision too.
+from deepen_run.precision import Compute
 from deepen_run.run.threads import set_threads
-from deepen_run.precision import (attention_choice, choose_precision, cpu_flags,  # noqa: F401
-                                  dropout_masks_choice, precision_choice, resolve_precision, unpad_choice)
 
 
 def enable_tf32() -> None:
@@ -48,32 +47,26 @@ def adamw_kwargs(impl: str) -> dict:
     return {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}[impl]
 
 
-def run_params(tcfg, device_type: str) -> dict[str, str]:
-    """What the run trains with, as params: its threads, the precision and why, AdamW's kernel, the
-    attention and the dropout masks and why."""
-    precision, reason = precision_choice(tcfg.mixed_precision)
-    attention, why = attention_choice(tcfg)
-    masks, masks_why = dropout_masks_choice(tcfg)
-    return set_threads() | {"train/precision": precision, "train/precision_reason": reason,
-            "train/optimizer_impl": optimizer_impl(tcfg.get("optimizer_impl", "auto"), device_type),
-            "train/attention": attention or "default", "train/attention_reason": why,
-            "train/dropout_masks": masks, "train/dropout_masks_reason": masks_why}
+def run_params(compute: Compute, tcfg, device_type: str) -> dict[str, str]:
+    """What the run trains with, as params: its threads, the compute choices and why, AdamW's kernel."""
+    return set_threads() | compute.params() | \
+        {"train/optimizer_impl": optimizer_impl(tcfg.get("optimizer_impl", "auto"), device_type)}
 
 
-def use_dropout_masks(model, tcfg) -> list[str]:
+def use_dropout_masks(model, compute: Compute) -> list[str]:
     """train.dropout_masks=fast (auto: bf16 on a CPU): the model's dropouts draw cheaper masks
     (deepen_run/model/dropout.py); returns what was swapped, nothing for torch's masks."""
-    if dropout_masks_choice(tcfg)[0] != "fast":
+    if compute.dropout_masks != "fast":
         return []
     from deepen_run.model.dropout import install
 
-    return install(model, model.backbone, attention_choice(tcfg)[0])
+    return install(model, model.backbone, compute.attention)
 
 
-def use_unpad(model, tcfg) -> dict[str, str]:
+def use_unpad(model, compute: Compute) -> dict[str, str]:
     """train.unpad=on (auto: bf16 on a CPU): the backbone's layer Linears skip the padding in training
     (deepen_run/model/unpad.py). -> the params saying what was chosen, why, and how many Linears."""
-    choice, why = unpad_choice(tcfg)
+    choice, why = compute.unpad, compute.unpad_reason
     n = 0
     if choice == "on":
         from deepen_run.model import unpad
@@ -93,7 +86,8 @@ def cpu_processes() -> bool:
     return not gpu and int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def make_accelerator(tcfg) -> Accelerator:
+def make_accelerator(tcfg, precision: str) -> Accelerator:
+    """precision: the run's resolved one (Compute.precision)."""
     enable_tf32()
     set_threads()  # before the weights load: loading computes too (run/threads.py; recorded by run_params)
     # Inductor compiles again for each new padded length unless shapes are marked dynamic.
@@ -102,7 +96,7 @@ def make_accelerator(tcfg) -> Accelerator:
     # Accelerate's default also updates at a loader's end, but our loaders cycle (data.stream.TaskStream),
     # so that update would come mid-step, shift every later one, and not be in the checkpoint.
     accumulate = GradientAccumulationPlugin(num_steps=tcfg.gradient_accumulation_steps, sync_with_dataloader=False)
-    return Accelerator(mixed_precision=resolve_precision(tcfg.mixed_precision),
+    return Accelerator(mixed_precision=precision,
                        gradient_accumulation_plugin=accumulate,
                        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
                        dynamo_plugin=dynamo, cpu=cpu_processes())

@@ -50,7 +50,7 @@ def _linked(cfg) -> set[str]:
 
 def method_options(cfg, omit=()) -> dict[str, str]:
     """The method's options that differ from its dataclass's defaults: short key -> value."""
-    from deepen_run.config.schema import neutral_keys
+    from deepen_run.config.keys import neutral_keys
     from deepen_run.methods import schema_of, schemas
 
     try:

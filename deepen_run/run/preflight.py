@@ -8,23 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 
 from deepen_run.data import tsv
 from deepen_run.errors import UserError
 from deepen_run.data.glue import TaskSpec, get_tasks
 from deepen_run.run.places import tracking_store, writable_dirs
 
-POSITIVE = ("learning_rate", "new_params_lr_scale", "batch_size", "eval_batch_size", "gradient_accumulation_steps",
-            "log_every")
-NON_NEGATIVE = ("save_every", "eval_every", "max_grad_norm", "weight_decay")
-# transformers' SchedulerType values that get_scheduler builds from warmup and total steps alone and
-# that step without a metric (the others need extra kwargs or a loss). A literal, because the cheap
-# checks import no transformers (SchedulerType brings torch: 4 s); tests/test_bad_input.py derives
-# the same set from transformers.SchedulerType and fails when the two differ.
-SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
-              "inverse_sqrt")
-MIN_SEQ_LENGTH = 8  # [CLS] a [SEP] b [SEP] plus a few tokens; shorter leaves no text to classify
 # Models that number positions from pad_token_id + 1, so they hold pad_token_id + 1 fewer tokens.
 OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "longformer")
 
@@ -49,7 +38,6 @@ def cheap(cfg) -> list[TaskSpec]:
     schema_keys(cfg)
     tasks = get_tasks(list(cfg.task.names))
     numbers(cfg)
-    random_backbone(cfg.backbone)
     tracking_store(cfg.tracking)
     writable_dirs(cfg)
     if not cfg.dry_run:
@@ -130,84 +118,16 @@ def typo(message: str, overrides: list[str], methods_swept: bool = False, app: s
 
 
 def numbers(cfg) -> None:
-    t = cfg.train
-    for key in POSITIVE:
-        if not 0 < getattr(t, key) < math.inf:  # `not > 0` also catches NaN
-            raise UserError(f"train.{key}={getattr(t, key)} must be a positive finite number")
-    for key in NON_NEGATIVE:
-        if not 0 <= getattr(t, key) < math.inf:
-            raise UserError(f"train.{key}={getattr(t, key)} must be a finite number >= 0")
-    if t.save_total_limit < 1:
-        raise UserError(f"train.save_total_limit={t.save_total_limit} must be >= 1 (checkpoints to keep); "
-                        "use train.save_every=0 to save none")
-    if not 0 < t.layer_decay <= 1:  # `not` also catches NaN; > 1 would train the embeddings fastest
-        raise UserError(f"train.layer_decay={t.layer_decay} must be in (0, 1] (1.0 = no layer-wise decay; "
-                        "ELECTRA and DeBERTa use 0.75-0.9)")
-    if not 0 <= t.warmup_ratio <= 1:
-        raise UserError(f"train.warmup_ratio={t.warmup_ratio} must be in [0, 1]")
-    if t.lr_scheduler not in SCHEDULERS:
-        raise UserError(f"train.lr_scheduler={t.lr_scheduler!r}; choose from {', '.join(SCHEDULERS)}")
-    if t.model_selection == "best" and not (t.eval_every > 0 or t.eval_per_epoch):
-        raise UserError("train.model_selection=best picks among the evaluations during training: set "
-                        "train.eval_every=N or train.eval_per_epoch=true (with neither, best = final)")
-    if t.model_selection == "best" and t.save_best is False:
-        raise UserError("train.model_selection=best keeps the best weights to evaluate them at the end: drop "
-                        "train.save_best=false")
-    if t.early_stopping_patience is not None and (t.early_stopping_patience < 1 or
-                                                  not (t.eval_every > 0 or t.eval_per_epoch)):
-        raise UserError(f"train.early_stopping_patience={t.early_stopping_patience} counts evaluations during "
-                        "training: give a number >= 1 and set train.eval_every=N or train.eval_per_epoch=true")
-    if not 0 <= t.early_stopping_threshold < math.inf:
-        raise UserError(f"train.early_stopping_threshold={t.early_stopping_threshold} must be a finite number >= 0")
-    if not math.isfinite(t.num_epochs):
-        raise UserError(f"train.num_epochs={t.num_epochs} must be a finite number (or set train.max_steps)")
-    if t.max_steps < -1 or t.max_steps == 0:  # HF would train num_epochs epochs: a typo'd count, hours long
-        raise UserError(f"train.max_steps={t.max_steps}: give a number of steps > 0, or -1 (the default) to "
-                        "train train.num_epochs epochs")
-    if t.max_steps <= 0 and not t.num_epochs > 0:
-        raise UserError("set train.max_steps or train.num_epochs to a positive number")
-    for key in ("steps_per_epoch", "steps_per_task"):
-        if getattr(t, key) is not None and getattr(t, key) <= 0:
-            raise UserError(f"train.{key}={getattr(t, key)} must be positive (or null)")
-    for key in ("alpha", "alpha_end"):
-        if not math.isfinite(cfg.schedule.get(key, 0.0)):
-            raise UserError(f"schedule.{key}={cfg.schedule[key]} must be a finite number (the exponent on the "
-                            "training-set sizes)")
+    """Each section's own checks (config/checks.py: its dataclass's __post_init__ runs them as it is
+    built from the composed values), and the seed."""
+    from omegaconf import OmegaConf
+
+    for section in ("train", "schedule"):
+        OmegaConf.to_object(cfg[section])
     if not 0 <= cfg.seed < 2**32:  # numpy's seed range (accelerate's set_seed seeds numpy too)
         raise UserError(f"seed={cfg.seed} must be in [0, 2**32 - 1]")
-    min_length(cfg.data)
-    if cfg.data.num_workers < 0:
-        raise UserError(f"data.num_workers={cfg.data.num_workers} must be >= 0 (0 = load in the main process)")
-    f = cfg.data.train_fraction
-    if f is not None and not 0 < f <= 1:  # `not` also catches NaN
-        raise UserError(f"data.train_fraction={f} must be in (0, 1] (or null for the whole training set)")
-    for key in ("max_train_samples", "max_eval_samples"):
-        if getattr(cfg.data, key) is not None and getattr(cfg.data, key) <= 0:
-            raise UserError(f"data.{key}={getattr(cfg.data, key)} must be positive (or null for all)")
-
-
-def random_backbone(b) -> None:
-    """A randomly initialised backbone's shape (pretrained=false), which transformers would refuse
-    only when it builds the model, with a traceback and a FAILED run."""
-    if b.pretrained:
-        return
-    for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                "max_position_embeddings"):
-        if getattr(b, key) < 1:
-            raise UserError(f"backbone.{key}={getattr(b, key)} must be a positive integer")
-    if b.type_vocab_size < 0:  # 0: no segment embeddings (DeBERTa-v3's)
-        raise UserError(f"backbone.type_vocab_size={b.type_vocab_size} must be >= 0")
-    if b.hidden_size % b.num_attention_heads:
-        raise UserError(f"backbone.hidden_size={b.hidden_size} must be a multiple of backbone.num_attention_heads="
-                        f"{b.num_attention_heads} (each head takes hidden_size / heads of it)")
-    if not 0 <= b.pad_token_id < b.vocab_size:
-        raise UserError(f"backbone.pad_token_id={b.pad_token_id} must be a token id, in [0, backbone.vocab_size)")
-
-
-def min_length(data) -> None:
-    if data.max_seq_length < MIN_SEQ_LENGTH:
-        raise UserError(f"data.max_seq_length={data.max_seq_length} must be at least {MIN_SEQ_LENGTH} "
-                        "(tokens per example, special tokens included)")
+    for section in ("data", "backbone"):
+        OmegaConf.to_object(cfg[section])
 
 
 def seq_length(cfg) -> None:

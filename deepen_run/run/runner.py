@@ -21,10 +21,11 @@ from deepen_run.run.stop import check
 from deepen_run.methods import METHODS
 from deepen_run.model.heads import new_parameters, param_report
 from deepen_run.config.redact import public_config
+from deepen_run.precision import resolve
 from deepen_run.run.resume import current_dir
 from deepen_run.serve import publish
 from deepen_run.tracking.store import Tracker, flatten
-from deepen_run.run.context import Run
+from deepen_run.run.context import RunState
 from deepen_run.util import phase
 
 
@@ -34,7 +35,8 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
     (deepen_run/run/resume.py), or None; tags: extra run tags (a sweep job's parent run and sweep id).
     A stop asked by a signal (run/stop.py) raises Stopped at the run's next check."""
     home = resume_home or current_dir()
-    accelerator = make_accelerator(cfg.train)
+    compute = resolve(cfg.train)  # precision, attention, fast paths: decided once, here
+    accelerator = make_accelerator(cfg.train, compute.precision)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
     tracker.check()
     if "sweep_id" not in (tags or {}):  # a sweep's launcher looks for dead runs once, for all its jobs
@@ -52,7 +54,7 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
 
     quiet_libraries()  # before the weights load: transformers' bar off a terminal
     check(accelerator)
-    backbone, loaded, added = backbone_steps.load(cfg)  # steps before any method builds: all see them
+    backbone, loaded, added = backbone_steps.load(cfg, compute)  # steps before any method builds: all see them
     model = method.build(backbone, cfg.method, tasks)
     backbone_steps.train_new(added)
     new_params = new_parameters(model, loaded, added)
@@ -79,17 +81,18 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
             return float("nan")
         from deepen_run.run import train  # data, metrics, figures: only for a run that trains
 
-        recipe = train.setup(cfg, Run(tasks, model, method, new_params, accelerator, tracker, home, resume_home))
-        record.saver, record.restored = recipe.saver, True
+        state = train.setup(RunState(cfg, tasks, model, method, new_params, accelerator, tracker, compute, home,
+                                     resume_home))
+        record.saver, record.restored = state.saver, True
         if run_id:
-            accelerator.print(f"resuming run {run_name(cfg)} ({run_id}) at step {recipe.start} of {recipe.total}")
+            accelerator.print(f"resuming run {run_name(cfg)} ({run_id}) at step {state.start} of {state.total}")
         phase("data")
-        score = train.fit(recipe)["eval/score"]
+        score = train.fit(state)["eval/score"]
         # The runs table shows a metric's every digit, cut off (0.77522935…); this column reads at a glance.
         tracker.set_tags({SCORE_TAG: f"{score:.4f}"})
         check(accelerator)
-        publish.publish(cfg, tasks, accelerator.unwrap_model(recipe.model), recipe.ctx.tokenizer, tracker,
-                        recipe.saver, recipe.total, model_name(cfg), model_tags(cfg))
+        publish.publish(cfg, tasks, accelerator.unwrap_model(state.model), state.tokenizer, tracker,
+                        state.saver, state.total, model_name(cfg), model_tags(cfg), compute)
         check(accelerator)
         return score
 

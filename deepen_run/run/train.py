@@ -1,7 +1,7 @@
 """The training recipe, top to bottom, in two parts (as torchtune's recipes: setup, then train):
 
   setup  tokenizer and data, loaders, the task sampler, optimizer and schedule, Accelerate's device
-         placement, a resumed checkpoint -> a Recipe (the run's pieces)
+         placement, a resumed checkpoint, into the run's state (run/context.py RunState)
   fit    the loop: single-task batches drawn by the schedule, one train_step each (its micro-batches),
          evaluation at eval_every / once an epoch / at the end; then final_record: the record, the
          test-set submission, the method's after_train hook. The counters around the steps (loss
@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field, replace
-from types import ModuleType
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 
@@ -25,7 +23,7 @@ from deepen_run.run import checkpoint as ck
 from deepen_run.data import loaders as gd
 from deepen_run.model import steps as backbone_steps
 from deepen_run.run import submission
-from deepen_run.run.context import Run, RunContext
+from deepen_run.run.context import RunState
 from deepen_run.run.early_stop import EarlyStop
 from deepen_run.errors import NonFiniteLoss
 from deepen_run.tracking.store import TrackingLost
@@ -47,71 +45,46 @@ def forever(loader) -> Iterator[dict]:
         yield from loader
 
 
-@dataclass
-class Recipe:
-    """A run's pieces, built once by setup(); fit() works on them."""
-    cfg: Any  # the resolved config
-    ctx: RunContext  # what the method's hooks read: tasks, data, tokenizer, tracker, accelerator
-    method: ModuleType  # the method's model module (its optional after_train hook)
-    model: torch.nn.Module  # prepared by Accelerate, as are optimizer and scheduler
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    accelerator: Any
-    tracker: Any
-    sampler: TaskSampler
-    streams: dict  # task -> its endless, resumable batches (data.stream.TaskStream)
-    regression: dict  # task -> is it a regression task (the loss to use)
-    dev: dict  # eval name -> prepared dev loader
-    eval_specs: dict  # eval name -> TaskSpec
-    saver: ck.Checkpointer
-    total: int  # steps of the whole run
-    start: int  # the first step to run: 0, or a resumed checkpoint's step
-    undefined: list = field(default_factory=list)  # metrics already reported undefined (warned once)
-
-
-def setup(cfg, run: Run) -> Recipe:
+def setup(r: RunState) -> RunState:
     """Data and loaders, the backbone steps' and the method's after_build records, the task sampler,
-    optimizer and schedule, Accelerate's device placement, then the checkpoint of run.resume_home
-    (a killed run's dir), if any."""
-    tcfg, tasks, model, accelerator, tracker = cfg.train, run.tasks, run.model, run.accelerator, run.tracker
-    tok = bb.load_tokenizer(cfg.backbone)
+    optimizer and schedule, Accelerate's device placement, then the checkpoint of r.resume_home
+    (a killed run's dir), if any: filled into r."""
+    cfg, tcfg, accelerator = r.cfg, r.cfg.train, r.accelerator
+    r.tokenizer = tok = bb.load_tokenizer(cfg.backbone)
     # Rank 0 tokenizes and fills the cache first; the other ranks then read it instead of racing.
-    data = {}
     with accelerator.main_process_first():
-        for t in tasks:  # a stop waits for the task being tokenized (minutes for QQP or MNLI, once)
+        for t in r.tasks:  # a stop waits for the task being tokenized (minutes for QQP or MNLI, once)
             check()
-            data[t.name] = gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict)
+            r.data[t.name] = gd.load_task(t, cfg.data, tok, cfg.seed, with_test=cfg.predict)
     loaders = {t: gd.make_loader(d.train, tok, tcfg.batch_size, True, cfg.seed + i, cfg.data.group_by_length,
-                                 cfg.data.num_workers) for i, (t, d) in enumerate(data.items())}
+                                 cfg.data.num_workers) for i, (t, d) in enumerate(r.data.items())}
     dev = {name: gd.eval_loader(ds, tok, tcfg.eval_batch_size)
-           for d in data.values() for name, ds in d.dev.items()}
-    ctx = RunContext(cfg, tasks, data, tok, tracker, accelerator)
-    backbone_steps.record(model.backbone, ctx)
-    hook(run.method, "after_build")(model, ctx)
+           for d in r.data.values() for name, ds in d.dev.items()}
+    r.eval_specs = {name: d.spec for d in r.data.values() for name in d.dev}
+    backbone_steps.record(r.model.backbone, r)
+    hook(r.method, "after_build")(r.model, r)
 
     per_pass = sum(len(dl) for dl in loaders.values()) // tcfg.gradient_accumulation_steps
-    steps_per_epoch, total = epoch_length(tcfg, len(tasks), per_pass), total_steps(tcfg, len(tasks), per_pass)
-    sampler = TaskSampler(cfg.schedule, {t: len(d.train) for t, d in data.items()}, steps_per_epoch, total, cfg.seed)
+    steps_per_epoch, r.total = epoch_length(tcfg, len(r.tasks), per_pass), total_steps(tcfg, len(r.tasks), per_pass)
+    r.sampler = TaskSampler(cfg.schedule, {t: len(d.train) for t, d in r.data.items()}, steps_per_epoch, r.total,
+                            cfg.seed)
 
-    swapped = use_dropout_masks(model, tcfg)  # after the method's hooks: its own dropouts too
-    unpadded = use_unpad(model, tcfg)
-    optimizer = optimizer_for(model, tcfg, accelerator.device.type, run.new_params)
-    tracker.log_params(run_params(tcfg, accelerator.device.type) | unpadded |
-                       {"train/dropout_masks_in": ",".join(swapped) or "-"})
-    scheduler = scheduler_for(optimizer, tcfg, total)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    swapped = use_dropout_masks(r.model, r.compute)  # after the method's hooks: its own dropouts too
+    unpadded = use_unpad(r.model, r.compute)
+    optimizer = optimizer_for(r.model, tcfg, accelerator.device.type, r.new_params)
+    r.tracker.log_params(run_params(r.compute, tcfg, accelerator.device.type) | unpadded |
+                         {"train/dropout_masks_in": ",".join(swapped) or "-"})
+    scheduler = scheduler_for(optimizer, tcfg, r.total)
+    r.model, r.optimizer, r.scheduler = accelerator.prepare(r.model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
-    saver = ck.Checkpointer(run.home, tcfg, accelerator, total, predict=cfg.predict)
-    streams = saver.wrap(loaders, {t: cfg.seed + i for i, t in enumerate(data)})
-    start = saver.restore(ck.usable(run.resume_home) if run.resume_home else None)
-    dev = {k: accelerator.prepare(v) for k, v in dev.items()}
-    return Recipe(cfg, ctx, run.method, model, optimizer, scheduler, accelerator, tracker, sampler, streams,
-                  regression={t.name: t.is_regression for t in tasks}, dev=dev,
-                  eval_specs={name: d.spec for d in data.values() for name in d.dev}, saver=saver,
-                  total=total, start=start)
+    r.saver = ck.Checkpointer(r.home, tcfg, accelerator, r.total, predict=cfg.predict)
+    r.streams = r.saver.wrap(loaders, {t: cfg.seed + i for i, t in enumerate(r.data)})
+    r.start = r.saver.restore(ck.usable(r.resume_home) if r.resume_home else None)
+    r.dev = {k: accelerator.prepare(v) for k, v in dev.items()}
+    return r
 
 
-def fit(r: Recipe) -> dict:
+def fit(r: RunState) -> dict:
     """Steps [start, total), then the final record. Returns the final evaluation's eval/* metrics."""
     log_run_records(r)
     t0, gas = time.time(), r.cfg.train.gradient_accumulation_steps
@@ -148,7 +121,7 @@ def fit(r: Recipe) -> dict:
         book.join()
 
 
-def evaluate_at(r: Recipe, book: Bookkeeping, stopper: EarlyStop, step: int) -> tuple[dict, Evaluation]:
+def evaluate_at(r: RunState, book: Bookkeeping, stopper: EarlyStop, step: int) -> tuple[dict, Evaluation]:
     """The loop's evaluation at `step`, counted by early stopping (which may end the run here: r.total
     becomes `step`), then marked done in the checkpoint of `step`. -> (flat metrics, evaluation)."""
     book.join()  # the metric imports end first (glue_metrics.preload says why)
@@ -162,7 +135,7 @@ def evaluate_at(r: Recipe, book: Bookkeeping, stopper: EarlyStop, step: int) -> 
     return last
 
 
-def final_record(r: Recipe, last: tuple[dict, Evaluation] | None, t0: float) -> dict:
+def final_record(r: RunState, last: tuple[dict, Evaluation] | None, t0: float) -> dict:
     """After the last step: its evaluation (made now if a resume starts at the last step), the best
     weights if model_selection=best, the record, the test-set submission, the after_train hook.
     The tail may be stopped too: the checkpoint of the last step saved on the way out lets
@@ -172,26 +145,26 @@ def final_record(r: Recipe, last: tuple[dict, Evaluation] | None, t0: float) -> 
         final, ev = select_best(r, final, ev)
     phase("eval")
     r.tracker.log_metrics({"train/runtime_s": time.time() - t0}, r.total)
-    record(r.tracker, r.ctx.data, ev, final, r.total)
+    record(r.tracker, r.data, ev, final, r.total)
     if r.cfg.predict:
-        rows = submission.write(r.model, r.accelerator, r.tracker, r.ctx.data, r.ctx.tokenizer,
+        rows = submission.write(r.model, r.accelerator, r.tracker, r.data, r.tokenizer,
                                 r.cfg.train.eval_batch_size)
         r.accelerator.print("submission/: " + "  ".join(f"{stem}.tsv {n} rows" for stem, n in rows.items()) +
                             f"; {submission.ZIP}: {submission.missing_line(rows)}")
-    # after_train's context is built with the final evaluation it reads (the run's own stays as set up)
-    backbone_steps.after_train(r.accelerator.unwrap_model(r.model).backbone, r.ctx)  # e.g. DWA's weights (#59)
-    hook(r.method, "after_train")(r.accelerator.unwrap_model(r.model), replace(r.ctx, evaluation=ev))
+    r.evaluation = ev  # what after_train reads
+    backbone_steps.after_train(r.accelerator.unwrap_model(r.model).backbone, r)  # e.g. DWA's weights (#59)
+    hook(r.method, "after_train")(r.accelerator.unwrap_model(r.model), r)
     phase("recorded")
     return final
 
 
-def train_step(r: Recipe, task: str, batch: dict, step: int) -> torch.Tensor:
+def train_step(r: RunState, task: str, batch: dict, step: int) -> torch.Tensor:
     """One micro-batch: forward, loss, backward, and (once Accelerate's accumulation is complete)
     clipping and the optimizer and schedule steps. Returns the detached loss."""
     acc, tcfg = r.accelerator, r.cfg.train
     with acc.accumulate(r.model):
         logits = r.model(task, **batch_inputs(batch)).logits
-        loss = task_loss(logits, batch["labels"], r.regression[task])
+        loss = task_loss(logits, batch["labels"], r.data[task].spec.is_regression)
         # Stop before a NaN/inf reaches the weights (and a checkpoint). One host sync per
         # micro-batch: free on CPU, ~µs against a step of an encoder on GPU (HF Trainer's
         # nan filter pays the same).
@@ -207,13 +180,13 @@ def train_step(r: Recipe, task: str, batch: dict, step: int) -> torch.Tensor:
     return loss.detach()
 
 
-def evaluate_dev(r: Recipe) -> tuple[dict, Evaluation]:
+def evaluate_dev(r: RunState) -> tuple[dict, Evaluation]:
     """Every dev set through the model: -> (flat eval/* metrics, the evaluation). Nothing else."""
     ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)  # a stop acts between its batches
     return eval_metrics(ev.results, {name: s.name for name, s in r.eval_specs.items()}), ev
 
 
-def select_best(r: Recipe, final: dict, ev: Evaluation) -> tuple[dict, Evaluation]:
+def select_best(r: RunState, final: dict, ev: Evaluation) -> tuple[dict, Evaluation]:
     """train.model_selection=best: the weights of the best evaluation back in the model and evaluated
     again; that evaluation is the run's result, logged at the last step after the final one (MLflow's
     latest value at a step is the last logged), as the Trainer's load_best_model_at_end then evaluate."""
@@ -228,7 +201,7 @@ def select_best(r: Recipe, final: dict, ev: Evaluation) -> tuple[dict, Evaluatio
     return flat, ev
 
 
-def evaluate_and_keep(r: Recipe, step: int) -> tuple[dict, Evaluation]:
+def evaluate_and_keep(r: RunState, step: int) -> tuple[dict, Evaluation]:
     """The loop's evaluation at `step`: evaluate, keep the best weights, log eval/* (and warn once
     of an undefined metric). -> (flat metrics, evaluation)."""
     flat, ev = evaluate_dev(r)

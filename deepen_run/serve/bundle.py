@@ -144,11 +144,12 @@ def run_choices(cfg, info: dict) -> tuple[str, Optional[str]]:
     resolve the run's config."""
     if "precision" in info:
         return info["precision"], info.get("attention")
-    from deepen_run.precision import attention_choice, resolve_precision
+    from deepen_run.precision import resolve
 
-    train = cfg.get("train", {})
-    return (resolve_precision(str(train.get("mixed_precision", "no"))),
-            attention_choice(train)[0] if "train" in cfg else None)
+    if "train" not in cfg:
+        return "no", None
+    compute = resolve(cfg.train)
+    return compute.precision, compute.attention
 
 
 def rebuild(cfg, backbone_config, weights: Optional[Path], hf_task: Optional[str] = None,

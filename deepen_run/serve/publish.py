@@ -70,14 +70,15 @@ def dev_datasets(cfg, tasks, home: Optional[Path]) -> dict[str, tuple[str, str]]
     return out
 
 
-def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int, name: str, tags: dict[str, str]) -> Optional[str]:
+def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int, name: str, tags: dict[str, str],
+            compute) -> Optional[str]:
     """The run's LoggedModel (None when the run keeps no weights). `model`: unwrapped, holding the
     weights of the run's result (train.fit's final record); name and tags: what tells it apart (an
-    8-layer duplicated model is not the plain 6-layer one), run/names.py model_name, model_tags."""
+    8-layer duplicated model is not the plain 6-layer one), run/names.py model_name, model_tags;
+    compute: the run's resolved precision and attention (deepen_run/precision.py Compute)."""
     if not tracker.enabled or not saver.keep_best or saver.root is None:
         return None
     from deepen_run.config.redact import public_config
-    from deepen_run.precision import attention_choice, resolve_precision
     from deepen_run.tracking.store import flatten
 
     best = saver.root / "best" / bundle.WEIGHTS
@@ -88,7 +89,7 @@ def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int, name: str,
             "tasks": list(cfg.task.names), "step": total, "weights_from": "checkpoints/best" if same else "final",
             "scores": {k: v for k, v in sorted(metrics.items()) if k.startswith("eval/")},
             # as this machine resolved train.mixed_precision=auto: a loaded model predicts as the run did
-            "precision": resolve_precision(cfg.train.mixed_precision), "attention": attention_choice(cfg.train)[0]}
+            "precision": compute.precision, "attention": compute.attention}
     backbone_config = bundle.pristine_backbone_config(cfg.backbone)
 
     def fill(folder: Path) -> None:

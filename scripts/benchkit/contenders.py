@@ -25,15 +25,16 @@ from deepen_run.model import backbone as bb
 from deepen_run.data import loaders as gd
 from deepen_run.model import steps as backbone_steps
 from deepen_run.data import metrics as glue_metrics
-from deepen_run.run.fast import enable_tf32, make_accelerator, optimizer_impl, resolve_precision
+from deepen_run.precision import resolve, resolve_precision
+from deepen_run.run.fast import enable_tf32, make_accelerator, optimizer_impl
 from deepen_run.run.checkpoint import Checkpointer
-from deepen_run.run.context import RunContext
+from deepen_run.run.context import RunState
 from deepen_run.methods import METHODS
 from deepen_run.model.heads import new_parameters, task_loss
 from deepen_run.run.predict import batch_inputs
 from deepen_run.data.sampling import TaskSampler
 from deepen_run.tracking.store import Tracker
-from deepen_run.run.train import Recipe, fit, optimizer_for, scheduler_for
+from deepen_run.run.train import fit, optimizer_for, scheduler_for
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -65,7 +66,8 @@ def deepen_run(cfg, spec, tok, ordered, dev, init_state, lap, tracking_uri) -> d
     record), on the runner's pieces; only the checkpoints are left out (a _LapSaver instead)."""
     tcfg = cfg.train
     model, new = baseline_model(cfg, [spec], init_state)
-    accelerator = make_accelerator(tcfg)
+    compute = resolve(tcfg)
+    accelerator = make_accelerator(tcfg, compute.precision)
     tracker = Tracker(tracking_uri, "bench")
     tracker.start("bench-deepen-run", {"bench": "1"})
     loader = gd.make_loader(ordered, tok, tcfg.batch_size, False, cfg.seed)
@@ -76,12 +78,10 @@ def deepen_run(cfg, spec, tok, ordered, dev, init_state, lap, tracking_uri) -> d
     model, optimizer, scheduler, loader, dev_loader = accelerator.prepare(model, optimizer, scheduler, loader,
                                                                           dev_loader)
     data = {spec.name: gd.TaskData(spec, ordered, {spec.name: dev}, {})}
-    ctx = RunContext(cfg, [spec], data, tok, tracker, accelerator)
-    r = Recipe(cfg, ctx=ctx, method=METHODS["baseline"], model=model, optimizer=optimizer, scheduler=scheduler,
-               accelerator=accelerator, tracker=tracker, sampler=sampler, streams={spec.name: loader},
-               regression={spec.name: spec.is_regression}, dev={spec.name: dev_loader},
-               eval_specs={spec.name: spec}, saver=_LapSaver(lap, tcfg, accelerator, tcfg.max_steps),
-               total=tcfg.max_steps, start=0)
+    r = RunState(cfg, [spec], model, METHODS["baseline"], new, accelerator, tracker, compute, tokenizer=tok,
+                 data=data, optimizer=optimizer, scheduler=scheduler, sampler=sampler,
+                 streams={spec.name: loader}, dev={spec.name: dev_loader}, eval_specs={spec.name: spec},
+                 saver=_LapSaver(lap, tcfg, accelerator, tcfg.max_steps), total=tcfg.max_steps, start=0)
     torch.manual_seed(cfg.seed)
     lap.begin()
     status = "FAILED"
