@@ -1,7 +1,7 @@
 """The reviewer's baselines (issue #59): ELMo's scalar mix beside HIRE, per-task LoRA through peft beside
 PALs, LLaMA Pro's train-only-the-copies beside duplication, DenseFormer's depth-weighted average. Unit
 contracts on tiny random models; real runs (tiny and MiniLM) read back from a real MLflow store. The
-runs on every family are in tests/test_families.py."""
+runs on every family are in tests/test_families.py; LoRA's saved adapters in tests/test_lora_export.py."""
 from __future__ import annotations
 
 import csv
@@ -108,33 +108,6 @@ def test_one_tasks_adapter_leaves_another_tasks_outputs_alone():
     assert all(p.requires_grad for p in model.lora_parameters())
 
 
-def test_the_saved_adapter_and_merged_backbone_load_with_peft_and_transformers(tmp_path):
-    import copy
-
-    from peft import PeftModel
-    from transformers import AutoModel
-
-    from deepen_run.methods.lora.export import write
-
-    cfg = make_cfg("backbone=tiny", "method=lora", "method.rank=4")
-    torch.manual_seed(0)
-    backbone = steps.load(cfg)[0]
-    base = copy.deepcopy(backbone).eval()
-    model = METHODS["lora"].build(backbone, cfg.method, get_tasks(["rte"])).eval()
-    with torch.no_grad():  # as training would move them: B away from 0
-        for p in model.lora_parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    x = adapter.inputs(backbone, **token_batch())
-    model.activate("rte")
-    want = backbone(**x).last_hidden_state
-    write(model, tmp_path)
-    loaded = PeftModel.from_pretrained(base, str(tmp_path / "adapters" / "rte")).eval()
-    assert torch.allclose(loaded(**x).last_hidden_state, want, atol=1e-5)
-    merged = AutoModel.from_pretrained(tmp_path / "merged").eval()
-    assert not any("lora" in n for n, _ in merged.named_parameters())
-    assert torch.allclose(merged(**x).last_hidden_state, want, atol=1e-5)
-
-
 # Train only the copies (LLaMA Pro)
 
 @pytest.mark.parametrize("method", ["baseline", "lora", "scalar_mix"])
@@ -205,57 +178,6 @@ def test_scalar_mix_copies_and_dwa_runs_record_their_figures(mlflow_uri, glue_di
                                 "backbone.duplicate_train=copies", f"tracking.uri={mlflow_uri}"), mlflow_uri)
     m = c.data.metrics
     assert c.info.status == "FINISHED" and m["params/trainable"] == m["params/duplicated"] + m["params/heads"]
-
-
-@pytest.mark.slow
-@pytest.mark.e2e
-def test_a_saved_lora_adapter_reproduces_the_runs_dev_predictions(mlflow_uri, glue_dir):
-    """deepen-run method=lora task.names=[sst2,stsb] schedule=annealed on MiniLM; PeftModel.from_pretrained
-    on the base MiniLM with the saved adapter (and the task's saved head) gives the run's dev predictions."""
-    import json
-
-    from peft import PeftModel
-    from safetensors.torch import load_file
-    from transformers import AutoModel, AutoTokenizer, DataCollatorWithPadding
-
-    from deepen_run.data.loaders import load_task
-    from deepen_run.model import backbone as bb
-    from deepen_run.model.heads import pool
-
-    r = run_in_process(make_cfg("backbone=minilm", "method=lora", "task.names=[sst2,stsb]", "schedule=annealed",
-                                "train.max_steps=4", "data.max_train_samples=32", "data.max_eval_samples=12",
-                                "data.max_seq_length=32", "train.batch_size=8", "train.mixed_precision=no",
-                                "train.learning_rate=1e-3", f"tracking.uri={mlflow_uri}"), mlflow_uri)
-    assert r.info.status == "FINISHED" and r.data.params["lora.rank_from"] == "pals_budget"
-    rank = int(r.data.params["lora.rank"])
-    cfg = make_cfg("backbone=minilm", "task.names=[sst2,stsb]", "data.max_eval_samples=12", "data.max_seq_length=32",
-                   f"data.glue_dir={glue_dir}")
-    path = bb.resolve(cfg.backbone.path)
-    tok = AutoTokenizer.from_pretrained(path)
-    for spec in get_tasks(["sst2", "stsb"]):
-        folder = artifact(mlflow_uri, r, f"lora/adapters/{spec.name}")
-        assert json.loads((folder / "adapter_config.json").read_text())["r"] == rank
-        model = PeftModel.from_pretrained(AutoModel.from_pretrained(path), str(folder)).eval()
-        head = load_file(str(folder / "head.safetensors"))
-        how = json.loads((folder / "head.json").read_text())["pooling"]
-        # The run's own dev examples, tokenized as the run did (the same loader, config and seed).
-        dev = next(iter(load_task(spec, cfg.data, tok, cfg.seed, with_train=False).dev.values()))
-        enc = DataCollatorWithPadding(tok)([{k: ex[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
-                                            for ex in dev])
-        with torch.no_grad():
-            out = model(**enc)
-            vec = out.pooler_output if how == "pooler" else pool(out.last_hidden_state, enc["attention_mask"], how)
-            logits = vec @ head["weight"].t() + head["bias"]
-        rows = list(csv.DictReader(io.StringIO(artifact(mlflow_uri, r, f"predictions/{spec.name}.tsv").read_text()),
-                                   delimiter="\t"))
-        assert [int(row["idx"]) for row in rows] == list(dev["idx"])
-        want = torch.tensor([float(row["prediction"]) for row in rows])
-        if spec.is_regression:
-            assert torch.allclose(logits.squeeze(-1), want, atol=1e-3)
-        else:
-            assert logits.argmax(-1).tolist() == want.long().tolist()
-    merged = artifact(mlflow_uri, r, "lora")  # multi-task: no merged export (one adapter per task)
-    assert not (merged / "merged").exists()
 
 
 @pytest.mark.slow

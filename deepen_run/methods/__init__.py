@@ -14,6 +14,8 @@ A method's folder holds (what each must provide is written down as Protocols in 
     and optionally the hooks (contract.OPTIONAL_HOOKS, fetched with hook(module, name)):
     after_build(model, ctx)      before training (ctx: deepen_run.run.context.RunState)
     after_train(model, ctx)      after the final evaluation (figures, tables)
+    model_files(model, folder)   files of its own in a model folder (LoggedModel, export) that other
+                                 tools read (method=lora: PEFT's adapters); -> a paragraph for the card
   report.py    optional: what after_train records
 conf/method/<name>.yaml, optional, selects the schema (a defaults line) and may say more; without it
 method=<name> is the dataclass itself. Adding a method: its folder and one line in FOLDERS;

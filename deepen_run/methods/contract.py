@@ -4,7 +4,7 @@ A method `<name>` is a folder of two modules (deepen_run/methods/__init__.py say
   <name>/config.py   MethodConfigModule: `Config` (a dataclass, the schema of method.*), and the
                      optional hook check(cfg)
   <name>/model.py    MethodModule: `Config` again, `build(backbone, cfg, tasks) -> MethodModel`,
-                     and the optional hooks after_build / after_train
+                     and the optional hooks after_build / after_train / model_files
 Optional hooks are declared in OPTIONAL_HOOKS and fetched with hook(module, name), which returns a
 no-op for a hook the method does not define; nobody looks a hook up by hasattr, so a misspelt name
 fails loudly (KeyError) instead of being skipped. tests/test_methods_contract.py checks every
@@ -13,7 +13,7 @@ registered method against these Protocols on a built tiny model.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Optional, Protocol, runtime_checkable
 
 from deepen_run.output import Output  # noqa: F401 (what forward returns: a base type, model/ uses it too)
 
@@ -72,15 +72,23 @@ def _after_train(model, ctx) -> None:
     """After the final evaluation, on the unwrapped model: the method's own figures and tables."""
 
 
+def _model_files(model, folder) -> Optional[str]:
+    """Files of the method's own in a trained model's folder (a run's LoggedModel, a deepen-export),
+    beside the weights, in a format other tools read (folder: a pathlib.Path, written into only under
+    a subfolder named after the method). Returns a markdown paragraph for the export's model card on
+    how to load them, or None when nothing was written."""
+
+
 # name -> (the module it lives in, its no-op default, whose docstring is the hook's contract).
 OPTIONAL_HOOKS: MappingProxyType = MappingProxyType({
     "check": ("config", _check),
     "after_build": ("model", _after_build),
     "after_train": ("model", _after_train),
+    "model_files": ("model", _model_files),
 })
 
 
-def hook(module, name: str) -> Callable[..., None]:
+def hook(module, name: str) -> Callable[..., Any]:
     """The method's hook `name`, or a no-op when it defines none. Only declared hooks exist."""
     if name not in OPTIONAL_HOOKS:
         raise KeyError(f"{name!r} is not a method hook; declared: {', '.join(OPTIONAL_HOOKS)}")

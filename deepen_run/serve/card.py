@@ -46,7 +46,8 @@ def precision_note(precision: str, plain: bool) -> str:
                                                       if plain else "."))
 
 
-def text(cfg, info: dict, hf_class: Optional[str], why_not: Optional[str]) -> str:
+def text(cfg, info: dict, hf_class: Optional[str], why_not: Optional[str], method_files: Optional[str] = None) -> str:
+    """method_files: the method's paragraph on its own files in the folder (methods' model_files hook)."""
     from omegaconf import OmegaConf
 
     tasks = ", ".join(info["tasks"])
@@ -69,7 +70,8 @@ def text(cfg, info: dict, hf_class: Optional[str], why_not: Optional[str]) -> st
     lines += ["```python", "import deepen_run", "m = deepen_run.load(FOLDER)",
               f"m.predict([...], task={info['tasks'][0]!r})  # labels, probabilities (STS-B: the score)", "```", "",
               f"or `deepen-predict --run FOLDER {predict_args('+'.join(info['tasks']))}`. The folder's config.yaml holds the run's whole "
-              "config; deepen_run.json says what the weights are.", "", "## Training settings", "",
+              "config; deepen_run.json says what the weights are.", ""] + ([method_files] if method_files else []) + \
+             ["## Training settings", "",
               "| key | value |", "|---|---|"]
     for key in SETTINGS:
         value = _get(cfg, key)

@@ -104,8 +104,12 @@ def move_in(tmp: Path, dest: Path) -> None:
     if (dest / bundle.INFO).is_file():
         for name in set(json.loads((dest / bundle.INFO).read_text())["files"]) - {bundle.INFO}:
             old = dest / name
-            if old.is_file() and not old.is_symlink():
+            if old.is_symlink():
+                continue
+            if old.is_file():
                 old.unlink()
+            elif old.is_dir():  # a method's own subfolder (method=lora: lora/), written whole by the export
+                shutil.rmtree(old)
     for f in sorted(tmp.iterdir(), key=lambda f: f.name == bundle.INFO):
         f.replace(dest / f.name)
     tmp.rmdir()
@@ -137,6 +141,9 @@ def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
     backbone_config = bundle.backbone_config_from(folder / bundle.BACKBONE) if (folder / bundle.BACKBONE).is_file() \
         else bundle.pristine_backbone_config(cfg.backbone)
 
+    from deepen_run.serve.publish import method_files
+
+    note = method_files(cfg, model, tmp)  # before the card, which says how to load them
     bundle.write_meta(tmp, bundle.model_config(cfg), meta, backbone_config)
     if hf_class:
         (tmp / bundle.INFO).write_text(json.dumps(json.loads((tmp / bundle.INFO).read_text()) | {"weights": "hf"},
@@ -144,7 +151,7 @@ def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
     # The run's length limit, not the backbone's: transformers then truncates as the run did.
     trained.tokenizer.model_max_length = cfg.data.max_seq_length
     trained.tokenizer.save_pretrained(str(tmp))
-    (tmp / "README.md").write_text(card.text(cfg, info, hf_class, why))
+    (tmp / "README.md").write_text(card.text(cfg, info, hf_class, why, note))
     shared_mode(tmp)  # safetensors writes 0600; the export's weights are as readable as its other files
     # What this export wrote: a later export into the same folder replaces these files and no other.
     names = sorted(p.name for p in tmp.iterdir())

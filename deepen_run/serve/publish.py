@@ -101,7 +101,16 @@ def publish(cfg, tasks, model, tokenizer, tracker, saver, total: int, name: str,
             from safetensors.torch import save_model
 
             save_model(model, str(folder / bundle.WEIGHTS))
+        method_files(cfg, model, folder)
         shared_mode(folder)  # safetensors writes 0600: a model meant to be shared loads for another account
 
     return models.log_model(tracker, name, tags,
                             flatten(public), fill, total, dev_datasets(cfg, tasks, saver.root.parent))
+
+
+def method_files(cfg, model, folder: Path) -> Optional[str]:
+    """The method's own files in the model folder, in formats other tools read (method=lora: PEFT's
+    adapters under lora/); -> their paragraph for a model card, or None."""
+    from deepen_run.methods import METHODS, hook
+
+    return hook(METHODS[cfg.method.name], "model_files")(model, folder)

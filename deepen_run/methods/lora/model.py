@@ -10,9 +10,11 @@ heads are new parameters.
 method.rank=null picks the rank whose per-task size matches PALs' on the backbone at hand:
 r = round(P_pals / sum over adapted Linears of (in + out)), P_pals from methods/pals/model.py, at most
 the hidden size.
-after_train saves the adapters in PEFT's own format (lora/adapters/<task>/: PeftModel.from_pretrained
-on the base backbone loads one) with the task's head and pooling beside them, and for a single-task
-run the backbone with the adapter merged in (lora/merged/: plain transformers loads it).
+after_train saves the adapters in PEFT's own format as the run's artifacts (lora/adapters/<task>/:
+PeftModel.from_pretrained on the base backbone loads one) with the task's head and pooling beside them;
+model_files puts the same under lora/ in every model folder (the run's LoggedModel, a deepen-export),
+and for a single-task run the backbone with the adapter merged in (lora/merged/: plain transformers
+loads it). methods/lora/export.py writes both.
 """
 from __future__ import annotations
 
@@ -109,3 +111,9 @@ def after_train(model: LoraClassifier, ctx) -> None:
         from deepen_run.methods.lora.export import save
 
         save(model, ctx)
+
+
+def model_files(model: LoraClassifier, folder) -> str:
+    from deepen_run.methods.lora.export import ROOT, card, write
+
+    return card(list(model.heads), write(model, folder / ROOT))
