@@ -162,9 +162,10 @@ def test_a_single_task_runs_adapter_and_merged_backbone_reproduce_its_dev_predic
     where = places(uri, run, tmp_path / "export")
     check_adapters(where, uri, run, tmp_path / "export", merged=True)
     assert "lora/merged" in (tmp_path / "export" / "README.md").read_text()
-    # An export again into the same folder replaces its lora/ subfolder whole.
-    stale = tmp_path / "export" / "lora" / "adapters" / "old"
-    stale.mkdir()
+    # An export again into the same folder replaces the files it wrote in lora/; a user's file there stays.
+    mine = tmp_path / "export" / "lora" / "adapters" / "old" / "mine.txt"
+    mine.parent.mkdir()
+    mine.write_text("mine\n")
     export(run.info.run_id, tmp_path / "export", tracking_uri=uri)
-    assert not stale.exists() and (tmp_path / "export" / "lora" / "merged" / "config.json").is_file()
+    assert mine.read_text() == "mine\n" and (tmp_path / "export" / "lora" / "merged" / "config.json").is_file()
     assert "lora" in json.loads((tmp_path / "export" / "deepen_run.json").read_text())["files"]

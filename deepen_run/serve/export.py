@@ -98,21 +98,28 @@ def removed_on_signal(tmp: Path, dest: Path):
 
 def move_in(tmp: Path, dest: Path) -> None:
     """The filled export into dest, which keeps its identity (the shell's current folder, say). Of an
-    earlier export there, only the files it listed go: a file the user put beside them stays.
+    earlier export there, only the files it listed go, inside its subfolders too (method=lora: lora/),
+    then the folders they leave empty: a file the user put beside or inside them stays.
     deepen_run.json comes last, so the folder says it is an export only once it is whole."""
     dest.mkdir(exist_ok=True)
     if (dest / bundle.INFO).is_file():
-        for name in set(json.loads((dest / bundle.INFO).read_text())["files"]) - {bundle.INFO}:
+        listed = json.loads((dest / bundle.INFO).read_text())
+        # deepest first, so a listed folder is looked at once the files listed in it are gone
+        for name in sorted({*listed["files"], *listed.get("inside", [])} - {bundle.INFO}, key=lambda n: -n.count("/")):
             old = dest / name
             if old.is_symlink():
                 continue
             if old.is_file():
                 old.unlink()
-            elif old.is_dir():  # a method's own subfolder (method=lora: lora/), written whole by the export
-                shutil.rmtree(old)
-    for f in sorted(tmp.iterdir(), key=lambda f: f.name == bundle.INFO):
-        f.replace(dest / f.name)
-    tmp.rmdir()
+            elif old.is_dir():
+                for d in sorted((p for p in old.rglob("*") if p.is_dir() and not p.is_symlink()),
+                                key=lambda p: -len(p.parts)) + [old]:
+                    if not any(d.iterdir()):
+                        d.rmdir()
+    for f in sorted((f for f in tmp.rglob("*") if f.is_file()), key=lambda f: f == tmp / bundle.INFO):
+        (dest / f.relative_to(tmp)).parent.mkdir(parents=True, exist_ok=True)
+        f.replace(dest / f.relative_to(tmp))
+    shutil.rmtree(tmp)  # the export's own temporary folder, left with empty folders only
 
 
 def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
@@ -155,5 +162,7 @@ def fill(tmp: Path, folder: Path, cfg, info: dict, trained) -> Optional[str]:
     shared_mode(tmp)  # safetensors writes 0600; the export's weights are as readable as its other files
     # What this export wrote: a later export into the same folder replaces these files and no other.
     names = sorted(p.name for p in tmp.iterdir())
-    (tmp / bundle.INFO).write_text(json.dumps(json.loads((tmp / bundle.INFO).read_text()) | {"files": names}, indent=1))
+    inside = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file() and p.parent != tmp)
+    (tmp / bundle.INFO).write_text(json.dumps(json.loads((tmp / bundle.INFO).read_text())
+                                              | {"files": names, "inside": inside}, indent=1))
     return hf_class
