@@ -3,8 +3,8 @@
 The table's default columns are tags (deepen_run/tracking/ui.py): `score`, the swept keys, method,
 task, backbone, ... A parent trains nothing, so without tags of its own its row read "-" in every
 column and a person had to unfold it to see anything. Its tags now summarise its children: `score`
-is the best child's score and how many children it is of (`best 0.6101 (4 of 4 runs)`), and every
-other default column holds the children's values (`seed` 1,2,3,4; `task` rte), the same tag names,
+is the best child's score and how many children it is of (`best <score> (<k> of <n> runs)`), and every
+other default column holds the children's values (`seed` 1,2 for a sweep over seed=1,2), the same tag names,
 so the collapsed row reads as the sweep. Rebuilt with the run note as each job ends (summary.update).
 
 Only the runs table reads these tags: deepen-report leaves parents out of its rows (report/rows.py
@@ -13,9 +13,10 @@ reportable) and finds a sweep's runs by sweep_id and sweep_role, never by these 
 from __future__ import annotations
 
 from deepen_run.run.names import SCORE_TAG
+from deepen_run.tracking.ui import LAST
 
-# The runs table's default tag columns besides `score` and the swept keys (ui.LAST, spelled as tags).
-SHOWN = ("method", "task", "backbone", "duplicate_layers", "variant", "seed", "dry_run")
+# The runs table's default tag columns besides `score` and the swept keys: ui.LAST's, by tag name.
+SHOWN = tuple(c.removeprefix("tags.`").removesuffix("`") for c in LAST)
 
 
 def _joined(values: list[str]) -> str:
