@@ -66,6 +66,25 @@ def test_scalar_mix_starts_uniform_and_keeps_one_mix_per_task():
     assert emb.layer_labels == ["0", "1", "2"]
 
 
+def test_hire_and_scalar_mix_figures_share_their_axes():
+    """The weight figures read side by side: both on every hidden state of the (deepened) backbone,
+    the layers a method does not weigh grey and unannotated, each coloured white at its own uniform."""
+    from deepen_run.methods.hire.report import heatmap
+
+    figs = {}
+    for method in ("hire", "scalar_mix"):
+        _, model, _, _ = built(f"method={method}", "backbone.duplicate_layers=[1]")
+        n = len(model.layer_labels)
+        figs[method] = (heatmap([[1 / n] * n], ["rte"], model.layer_labels, method, "task", model.labels), n)
+    (hire, n_hire), (mix, n_mix) = figs["hire"], figs["scalar_mix"]
+    ticks = [[t.get_text() for t in f.axes[0].get_xticklabels()] for f in (hire, mix)]
+    assert ticks[0] == ticks[1] == ["0", "1", "2", "2'"], ticks  # index 1 is layer 2
+    assert hire.axes[0].get_xlim() == mix.axes[0].get_xlim()
+    assert n_hire < n_mix  # HIRE weighs the intermediate layers only: the rest are grey, without a number
+    assert len(hire.axes[0].texts) == n_hire and len(mix.axes[0].texts) == n_mix
+    assert [im.norm(1 / n) for im, n in ((hire.axes[0].images[0], n_hire), (mix.axes[0].images[0], n_mix))] == [0.5, 0.5]
+
+
 # LoRA through peft
 
 def test_lora_is_peft_with_one_adapter_per_task_and_its_closed_form_size():

@@ -55,27 +55,38 @@ def scale(num_layers: int):
     return TwoSlopeNorm(uniform, 0.0, 2 * uniform)
 
 
-def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str):
+def heatmap(values, rows: list[str], cols: list[str], title: str, ylabel: str, span: list[str] | None = None):
     """An annotated rows x layers heatmap of alpha, on the fixed scale() (red = leaned on, blue =
-    neglected, white = uniform)."""
+    neglected, white = uniform). With `span` (every hidden state's label, 0 = embeddings .. L) the x axis
+    is the whole backbone and the layers a method does not weigh are grey, so HIRE's importances (the
+    intermediate layers) and the scalar mix's weights (every layer) are drawn on the same axes."""
     import numpy as np
+    from matplotlib import colormaps
 
     v = np.asarray(values, dtype=float)
-    norm = scale(v.shape[1])
+    norm = scale(v.shape[1])  # white = uniform over the layers this method weighs
+    if span:
+        whole = np.full((v.shape[0], len(span)), np.nan)
+        whole[:, [span.index(c) for c in cols]] = v
+        v, cols = whole, list(span)
+    cmap = colormaps["RdBu_r"].with_extremes(bad="0.85")
     width = 2.4 + 0.8 * len(cols) + 0.065 * max(map(len, rows), default=0)
     # wide enough for the title too: with one or two layers read it was cut off at both ends
     fig, ax = plt.subplots(figsize=(max(width, 1.5 + 0.09 * len(title)), 1.5 + 0.42 * len(rows)))
-    im = ax.imshow(v, cmap="RdBu_r", norm=norm, aspect="auto")
+    im = ax.imshow(np.ma.masked_invalid(v), cmap=cmap, norm=norm, aspect="auto")
     ax.set_xticks(range(len(cols)), cols)
     ax.set_yticks(range(len(rows)), rows, fontsize=8 if len(rows) > 8 else 10)
     copy = next((c for c in cols if "'" in c), None)  # the notation, said with this model's own first copy
     copies = f"; {copy} = a copy of {copy[:-1]}" if copy else ""
-    ax.set(xlabel=f"backbone layer (0 = embeddings{copies})", ylabel=ylabel, title=title)
+    grey = "; grey = not weighed" if np.isnan(v).any() else ""
+    ax.set(xlabel=f"backbone layer (0 = embeddings{copies}{grey})", ylabel=ylabel, title=title)
     for i in range(v.shape[0]):
         for j in range(v.shape[1]):
-            ax.text(j, i, f"{v[i, j]:.3f}", ha="center", va="center", fontsize=7,
-                    color="white" if abs(norm(v[i, j]) - 0.5) > 0.3 else "black")
-    fig.colorbar(im, ax=ax, label=f"α  (white = uniform, 1/{v.shape[1]})", fraction=0.046, pad=0.04, extend="max")
+            if not np.isnan(v[i, j]):
+                ax.text(j, i, f"{v[i, j]:.3f}", ha="center", va="center", fontsize=7,
+                        color="white" if abs(norm(v[i, j]) - 0.5) > 0.3 else "black")
+    weighed = int((~np.isnan(v[0])).sum()) if len(v) else len(cols)
+    fig.colorbar(im, ax=ax, label=f"α  (white = uniform, 1/{weighed})", fraction=0.046, pad=0.04, extend="max")
     fig.tight_layout()
     return fig
 
@@ -97,7 +108,8 @@ def record(model, ctx) -> None:
         if len(alphas):
             rows = [f"{snippet(t)} [{lab if spec.is_regression else spec.label_names[lab]}]"
                     for t, lab in zip(texts, labels)]
-            fig = heatmap(alphas.numpy(), rows, cols, f"{spec.name}: importance per dev example", "dev example")
+            fig = heatmap(alphas.numpy(), rows, cols, f"{spec.name}: importance per dev example", "dev example",
+                          model.labels)
             ctx.tracker.log_figure(fig, f"hire/examples/{spec.name}.png")
             plt.close(fig)
 
@@ -105,7 +117,7 @@ def record(model, ctx) -> None:
     ctx.tracker.log_csv(table, "hire/importance.csv")
     ctx.tracker.log_csv(example_rows, "hire/examples.csv")
     fig = heatmap([m.numpy() for m in means.values()], list(means), cols,
-                  f"HIRE mean layer importance on dev ({model.cfg.importance})", "task")
+                  f"HIRE mean layer importance on dev ({model.cfg.importance})", "task", model.labels)
     ctx.tracker.log_figure(fig, "hire/importance.png")
     plt.close(fig)
     ctx.tracker.log_metrics({f"hire/{t}/{nm}": float(x) for t, m in means.items()

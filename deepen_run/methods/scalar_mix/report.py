@@ -2,8 +2,9 @@
 
   scalar_mix/weights.csv     softmax(s_t) per task (rows), one column per hidden state, and gamma_t
   scalar_mix/weights.png     the same as HIRE's importance heatmap draws it (deepen_run/methods/hire/report.py,
-                             heatmap): tasks x backbone layers, labels "0" = embeddings, 3' = a copy of
-                             layer 3, the colour scale fixed by the number of layers (white = uniform)
+                             heatmap): tasks x every hidden state of the backbone (the x axis of HIRE's
+                             figure too), "0" = embeddings, 3' = a copy of layer 3, grey = not weighed,
+                             the colour scale fixed by the number of weights (white = uniform)
   metrics scalar_mix/<task>/layer_<j>, scalar_mix/<task>/gamma
 """
 from __future__ import annotations
@@ -24,7 +25,8 @@ def record(model, ctx) -> None:
     cols = [f"layer_{c}" for c in model.layer_labels]
     ctx.tracker.log_csv([{"task": t, **{c: round(x, 6) for c, x in zip(cols, row)}, "gamma": round(gamma[t], 6)}
                          for t, row in w.items()], "scalar_mix/weights.csv")
-    fig = heatmap(list(w.values()), list(w), model.layer_labels, "scalar mix weights softmax(s) per task", "task")
+    fig = heatmap(list(w.values()), list(w), model.layer_labels, "scalar mix weights softmax(s) per task", "task",
+                  model.labels)
     ctx.tracker.log_figure(fig, "scalar_mix/weights.png")
     plt.close(fig)
     ctx.tracker.log_metrics({f"scalar_mix/{t}/{nm}": x for t, row in w.items() for nm, x in zip(model.layer_names, row)}
