@@ -69,12 +69,6 @@ def slurm_id(cluster, task: int) -> str:
     return next((j for j in r.stdout.split() if j.endswith(f"_{task}")), "")
 
 
-def queued(cluster, task: int) -> str:
-    """The SLURM id of array task `task`, pending or running."""
-    r = cluster.run("squeue", "-h", "-o", "%i")
-    return next((j for j in r.stdout.split() if j.endswith(f"_{task}")), "")
-
-
 def wait(proc: subprocess.Popen, until, what: str) -> None:
     t0 = time.time()
     while not until():
@@ -176,13 +170,13 @@ def test_a_requeued_job_continues_as_the_same_run(cluster, tmp_path, glue_dir):
 
 
 def test_a_job_at_its_time_limit_saves_and_is_requeued(cluster, tmp_path, glue_dir):
-    # SLURM sends --signal's SIGUSR2 at its first time-limit check (every 30 s) that finds the job within
-    # signal_delay_s + 30 s of its limit (sbatch(1): "up to 60 seconds earlier than specified"). So both
-    # jobs start with a limit far off (a SIGUSR2 before submitit has installed its handler would end the
-    # process unrequeued); once job 0 is training, saved once, its limit is brought to 60-120 s away:
-    # within signal_delay_s + 30 s, so SIGUSR2 comes at SLURM's next check (at most 30 s on, 200 steps
-    # leave it training then) and the limit itself at least 30 s after. The job finishes its step,
-    # saves, ends KILLED, and submitit requeues it; its next attempt gets the long limit back.
+    # SLURM sends --signal's SIGUSR2 up to 60 s before signal_delay_s (sbatch(1); its time-limit checks
+    # come every 30 s: a 1-min limit with USR2@30 signalled attempts 13-26 s after they started; one
+    # before submitit has installed its handler ends the process unrequeued). So both jobs start
+    # far from their limit; once job 0 trains, saved once, its limit is brought 60-120 s away: within
+    # signal_delay_s, so SIGUSR2 comes at SLURM's next check (at most 30 s on; 200 steps leave it training
+    # then) and the limit at least 30 s later. The job finishes its step, saves, ends KILLED, and submitit
+    # requeues it; its next attempt gets the long limit back and runs to the end.
     proc, sweep, uri = launch(cluster, tmp_path, glue_dir, "train.max_steps=200", "hydra.launcher.timeout_min=10",
                               "hydra.launcher.signal_delay_s=120", "hydra.launcher.max_num_timeout=3")
     try:
