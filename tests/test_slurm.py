@@ -10,6 +10,7 @@ these settings.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -45,7 +46,9 @@ def cluster(tmp_path_factory):
 def launch(cluster, tmp_path, glue_dir, *extra: str) -> tuple[subprocess.Popen, Path, str]:
     uri, sweep = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "sweep"
     existing_store(uri)
-    args = ["-m", "hydra/launcher=submitit_slurm", *TWINS, *extra, f"data.glue_dir={glue_dir}",
+    replaced = {e.partition("=")[0] for e in extra}  # an extra override of a twins' key takes its place
+    twins = [o for o in TWINS if o.partition("=")[0] not in replaced]
+    args = ["-m", "hydra/launcher=submitit_slurm", *twins, *extra, f"data.glue_dir={glue_dir}",
             f"tracking.uri={uri}", f"hydra.sweep.dir={sweep}", f"data.cache_dir={tmp_path}/cache"]
     env = {**cluster.env(), "OMP_NUM_THREADS": "1"}
     # Its output to files: submitit's warnings about sacct (no accounting here) would fill a pipe.
@@ -66,12 +69,6 @@ def slurm_id(cluster, task: int) -> str:
     return next((j for j in r.stdout.split() if j.endswith(f"_{task}")), "")
 
 
-def queued(cluster, task: int) -> str:
-    """The SLURM id of array task `task`, pending or running."""
-    r = cluster.run("squeue", "-h", "-o", "%i")
-    return next((j for j in r.stdout.split() if j.endswith(f"_{task}")), "")
-
-
 def wait(proc: subprocess.Popen, until, what: str) -> None:
     t0 = time.time()
     while not until():
@@ -80,17 +77,38 @@ def wait(proc: subprocess.Popen, until, what: str) -> None:
         time.sleep(0.2)
 
 
-def release(cluster) -> None:
-    """SLURM holds a requeued job back for two minutes (Reason=BeginTime); the tests let it start now."""
+def release(cluster, *settings: str) -> None:
+    """SLURM holds a requeued job back for two minutes (Reason=BeginTime); the tests let it start now,
+    with `settings` (scontrol update's KEY=VALUE) changed first."""
     r = cluster.run("squeue", "-h", "-t", "PENDING", "-o", "%i %r")
     for job, reason in (ln.split(None, 1) for ln in r.stdout.splitlines() if ln.strip()):
         if reason.strip() == "BeginTime":
+            if settings:
+                r = cluster.run("scontrol", "update", f"JobId={job}", *settings)
+                assert r.returncode == 0, r.stderr
             cluster.run("scontrol", "update", f"JobId={job}", "StartTime=now")
 
 
-def restarts(cluster, job: str) -> int:
+def field(cluster, job: str, key: str) -> str:
+    """One KEY=VALUE of `scontrol show job`."""
     text = cluster.run("scontrol", "show", "job", job).stdout
-    return int(next(w for w in text.split() if w.startswith("Restarts=")).split("=")[1])
+    return next(w for w in text.split() if w.startswith(f"{key}=")).split("=", 1)[1]
+
+
+def restarts(cluster, job: str) -> int:
+    return int(field(cluster, job, "Restarts"))
+
+
+def run_time_s(cluster, job: str) -> int:
+    """How long the job has run (RunTime=[D-]HH:MM:SS)."""
+    days, _, hms = field(cluster, job, "RunTime").rpartition("-")
+    h, m, s = (int(x) for x in hms.split(":"))
+    return ((int(days or 0) * 24 + h) * 60 + m) * 60 + s
+
+
+def job_log(sweep: Path, task: int) -> str:
+    """What submitit and the job printed, every attempt (one file, opened for appending)."""
+    return "\n".join(f.read_text(errors="replace") for f in sorted((sweep / ".submitit").glob(f"*_{task}/*_log.out")))
 
 
 def history(client, run, key="train/loss"):
@@ -104,11 +122,12 @@ def diagnosis(cluster, sweep: Path) -> str:
     return cluster.run("scontrol", "show", "job").stdout[-4000:] + logs
 
 
-def check_twins(cluster, proc, uri: str, sweep: Path) -> None:
+def check_twins(cluster, proc, uri: str, sweep: Path, *held: str) -> None:
+    """held: what a requeued job gets changed before it is let start (scontrol update's KEY=VALUE)."""
     t0, idle = time.time(), None
     while proc.poll() is None:
         assert time.time() - t0 < LIMIT, "the sweep did not end: " + diagnosis(cluster, sweep)
-        release(cluster)
+        release(cluster, *held)
         # No job pending or running while the launcher still waits: one ended without a result file
         # (killed outside submitit's handler), and without accounting (sacct) submitit waits forever.
         if cluster.run("squeue", "-h", "-o", "%i").stdout.strip():
@@ -150,21 +169,29 @@ def test_a_requeued_job_continues_as_the_same_run(cluster, tmp_path, glue_dir):
             proc.wait()
 
 
-@pytest.mark.skip(reason="issue #61, open: passed alone on an idle cluster, but in the whole suite (-n auto, load ~2) "
-                         "job 0's attempts ended and the launcher kept waiting on a job SLURM no longer listed")
 def test_a_job_at_its_time_limit_saves_and_is_requeued(cluster, tmp_path, glue_dir):
-    # SLURM sends SIGUSR2 signal_delay_s before the one-minute limit (sbatch --time=1 --signal=USR2@30):
-    # the job stops at a step's end, saved, and submitit requeues it; each attempt continues the last.
-    # Job 1 (the twin that runs whole) gets a longer limit at once, so it is the uninterrupted run.
-    proc, sweep, uri = launch(cluster, tmp_path, glue_dir, "hydra.launcher.timeout_min=1",
-                              "hydra.launcher.signal_delay_s=30", "hydra.launcher.max_num_timeout=30")
+    # SLURM sends --signal's SIGUSR2 up to 60 s before signal_delay_s (sbatch(1); its time-limit checks
+    # come every 30 s: a 1-min limit with USR2@30 signalled attempts 13-26 s after they started; one
+    # before submitit has installed its handler ends the process unrequeued). So both jobs start
+    # far from their limit; once job 0 trains, saved once, its limit is brought 60-120 s away: within
+    # signal_delay_s, so SIGUSR2 comes at SLURM's next check (at most 30 s on; 200 steps leave it training
+    # then) and the limit at least 30 s later. The job finishes its step, saves, ends KILLED, and submitit
+    # requeues it; its next attempt gets the long limit back and runs to the end.
+    proc, sweep, uri = launch(cluster, tmp_path, glue_dir, "train.max_steps=200", "hydra.launcher.timeout_min=10",
+                              "hydra.launcher.signal_delay_s=120", "hydra.launcher.max_num_timeout=3")
     try:
-        wait(proc, lambda: slurm_id(cluster, 0) and queued(cluster, 1), "the jobs started")
-        r = cluster.run("scontrol", "update", f"JobId={queued(cluster, 1)}", "TimeLimit=30")
-        assert r.returncode == 0, r.stderr
+        wait(proc, lambda: list((sweep / "0").glob("checkpoints/step-*")), "job 0 saved a checkpoint")
         job = slurm_id(cluster, 0)
-        check_twins(cluster, proc, uri, sweep)
-        assert restarts(cluster, job) >= 1  # the time limit did interrupt it
+        assert job, cluster.run("squeue").stdout
+        r = cluster.run("scontrol", "update", f"JobId={job}", f"TimeLimit={run_time_s(cluster, job) // 60 + 2}")
+        assert r.returncode == 0, r.stderr
+        check_twins(cluster, proc, uri, sweep, "TimeLimit=10")
+        assert restarts(cluster, job) == 1, job_log(sweep, 0)[-3000:]  # 0: it ran whole before its limit came
+        log = job_log(sweep, 0)
+        assert "Caught signal SIGUSR2" in log and "this job is timed-out" in log, log[-3000:]
+        step = re.search(r"resuming run preempted \(\w+\) at step (\d+) of 200", log)
+        assert step and int(step.group(1)) >= 10, log[-3000:]  # continued from the checkpoint saved at the signal
+        assert "Caught signal" not in job_log(sweep, 1)  # the twin ran whole
     finally:
         if proc.poll() is None:
             proc.kill()

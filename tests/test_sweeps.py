@@ -135,6 +135,22 @@ def test_one_bad_value_launches_nothing(tmp_path, glue_dir):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+@pytest.mark.fresh_store
+def test_a_slurm_time_limit_too_short_for_its_signal_launches_nothing(tmp_path, glue_dir):
+    """SLURM may send SIGUSR2 up to 60 s before signal_delay_s: with a 1-min limit and USR2@30 it comes
+    while the job starts, which then ends unrequeued. Refused before sbatch (none needed here)."""
+    r = cli("-m", "hydra/launcher=submitit_slurm", "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=30",
+            "seed=1,2", *TINY, f"data.glue_dir={glue_dir}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+            f"hydra.sweep.dir={tmp_path}/sweep", timeout=HANG)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert lines[0].startswith("deepen-run: error: hydra.launcher.signal_delay_s=30 with hydra.launcher.timeout_min=1:"
+                               ) and "(timeout_min=3 or more); nothing was launched" in lines[0], lines[0]
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_ctrl_c_of_a_joblib_sweep_ends_every_run_killed(tmp_path, glue_dir):
     import os
     import signal

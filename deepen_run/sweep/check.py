@@ -77,9 +77,26 @@ def _one_line(e: BaseException) -> str:
     return one_line(f"{e} {cause}" if cause is not None and str(cause) not in str(e) else e)
 
 
+def check_signal_time(config) -> None:
+    """SLURM sends --signal's SIGUSR2 up to 60 s before signal_delay_s says (its time-limit checks come
+    every 30 s; sbatch(1)). One that comes while the job's Python starts, before submitit's handler,
+    ends the job with no checkpoint, no requeue and no result (a launcher without sacct then waits for
+    ever): a job gets at least a minute to start."""
+    launcher = OmegaConf.select(config, "hydra.launcher", default=None)
+    if launcher is None or not str(launcher.get("_target_", "")).endswith("SlurmLauncher"):
+        return
+    limit, delay = int(launcher.timeout_min), int(launcher.signal_delay_s)
+    if limit * 60 < delay + 120:
+        raise UserError(f"hydra.launcher.signal_delay_s={delay} with hydra.launcher.timeout_min={limit}: SLURM may "
+                        "send SIGUSR2 up to 60 s earlier, while a job is still starting, and the job would end "
+                        f"unsaved and not requeued; keep timeout_min*60 >= signal_delay_s + 120 (timeout_min="
+                        f"{-(-(delay + 120) // 60)} or more); nothing was launched")
+
+
 def check_jobs(config) -> None:
     """Compose and pre-flight every job (when they can be enumerated); raise UserError naming the
     first bad one."""
+    check_signal_time(config)
     jobs = job_overrides(config)
     if jobs is None:
         return
