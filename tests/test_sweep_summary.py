@@ -182,6 +182,22 @@ def test_empty_delta_says_why(mlflow_uri):
     assert "| - (no baseline row) |" in md and "+arm=baseline,hire_g1,hire_g2" in md
 
 
+
+def test_an_empty_delta_of_seeds_split_across_tasks_says_so(mlflow_uri):
+    """The README's pass (SST-2 at seed 42, RTE at seeds 1 and 2, for both methods) shares seeds per task
+    but no seed with both tasks: the footnote said "run the baseline with the row's seeds", which it had."""
+    from test_report import EXP, log_run, rte
+
+    for method in ("baseline", "hire"):
+        for seed in (1, 2):
+            log_run(mlflow_uri, [f"method={method}", "task=rte", "backbone=tiny", f"seed={seed}"], rte(60.0 + seed))
+        log_run(mlflow_uri, [f"method={method}", "task=sst2", "backbone=tiny", "seed=42"],
+                {k.replace("rte", "sst2"): v for k, v in rte(80.0).items()})
+    md = report.to_markdown(report.build(find_runs(mlflow_uri, EXP)))
+    assert "| - (no seed shared with its baseline) |" in md
+    assert "no seed has scores in both rows on every task they share" in md
+
+
 def test_the_swept_values_are_what_ran_and_the_command_pastes():
     """A study preset's grid narrowed on the command line (`task=rte seed=1,2` over its sweeper params):
     the command line's values are the sweep's, as Hydra applies them; the note's command, split as a

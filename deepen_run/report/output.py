@@ -128,7 +128,9 @@ def _footnotes(table: dict) -> list[str]:
         out.append("Δ - (no baseline row): no method=baseline row has this row's other settings; train one in "
                    "the same sweep with arms, e.g. deepen-run -m +arm=baseline,hire_g1,hire_g2 seed=1,2.")
     if any(r["baseline"] not in (None, i) and r["delta"] is None for i, r in enumerate(rows, 1)):
-        out.append("Δ - (no seed shared with its baseline): run the baseline with the row's seeds.")
+        out.append("Δ - (no seed shared with its baseline): no seed has scores in both rows on every task they "
+                   "share (Δ pairs each seed's average over those tasks); run the baseline with the row's seeds "
+                   "on the row's tasks.")
     if bases:
         out.append("Δ: row minus its baseline in the average over their common tasks, paired by seed "
                    "(seeds both rows have); [95% CI] is the t interval of the mean difference, n-1 degrees of freedom.")
