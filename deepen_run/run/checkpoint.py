@@ -28,7 +28,7 @@ from typing import Optional
 from deepen_run.data.stream import TaskStream
 from deepen_run.errors import UserError
 from deepen_run.safe_fs import shared_mode
-from deepen_run.run.stop import Stopped, check
+from deepen_run.run.stop import check
 
 STATE = "trainer_state.json"
 
@@ -112,7 +112,8 @@ def keeps_best(tcfg, total: int, predict: bool = False) -> bool:
 
 
 class Checkpointer:
-    """Saves at save_every, on an interrupt, and the best weights; restores a resumed run."""
+    """Saves at save_every and the best weights; restores a resumed run. A stopped run's last step is
+    saved by its record (run/record.py RunRecord), the one place that does it."""
 
     def __init__(self, home: Optional[Path], tcfg, accelerator, total: int, predict: bool = False):
         if home is None and tcfg.model_selection == "best":
@@ -238,17 +239,9 @@ class Checkpointer:
             raise RuntimeError(f"checkpoints/best does not fit the model: {e}") from None
 
     def on_step(self, done: int) -> None:
-        """After each step: periodic save, then a stop asked during the step acts here, saved."""
+        """After each step: periodic save, then a stop asked during the step raises Stopped here."""
         self.step = done
         if self.every and done % self.every == 0 and done < self.total:
             self.save(done)
-        try:
-            check(self.acc)
-        except Stopped:
-            self.save(done)
-            raise
-
-    def on_interrupt(self) -> None:
-        if self.step > 0:
-            self.save(self.step)
+        check(self.acc)
 

@@ -55,6 +55,8 @@ class RunRecord:
     def __exit__(self, kind, error, tb) -> bool:
         status = "FINISHED" if error is None else "FAILED"
         try:
+            if isinstance(error, (Stopped, TrackingLost)) and self.saver is not None and self.saver.step > 0:
+                self.saver.save(self.saver.step)  # the last step, saved here only: what resume=auto continues
             if isinstance(error, Stopped):
                 status = "KILLED"
                 self._stopped(error)
@@ -77,10 +79,8 @@ class RunRecord:
         return False
 
     def _stopped(self, e: Stopped) -> None:
-        """The last step saved, why tagged, and the checkpoint named on the exception (the command's
-        exit message, the sweep job's outcome)."""
-        if self.saver is not None:  # stopped after the loop (publishing the model): the last step is saved too
-            self.saver.on_interrupt()
+        """Why tagged, and the checkpoint named on the exception (the command's exit message, the sweep
+        job's outcome)."""
         e.recorded, e.checkpoint = True, ck.latest(self.home) if self.home is not None else None
         # no checkpoint: stopped while loading, before its first step (nothing to resume)
         self.tracker.set_tags({"interrupted": str(e)} |

@@ -26,12 +26,11 @@ from deepen_run.run import submission
 from deepen_run.run.context import RunState
 from deepen_run.run.early_stop import EarlyStop
 from deepen_run.errors import NonFiniteLoss
-from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
 from deepen_run.run.fast import run_params, use_dropout_masks, use_unpad
 from deepen_run.run.bookkeeping import Bookkeeping, log_run_records
 from deepen_run.run.optim import optimizer_for, scheduler_for
-from deepen_run.run.stop import Stopped, check
+from deepen_run.run.stop import check
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
@@ -94,8 +93,7 @@ def fit(r: RunState) -> dict:
     if stopper.stopped_at:  # resumed after it had stopped early: only the tail is left
         r.total = stopper.stopped_at
     book, last = Bookkeeping(r), None
-    try:
-        # a stop asked during a step acts at its end (Checkpointer.on_step): saved, consistent
+    try:  # a stop (Stopped) or a lost store ends the run through RunRecord, which saves the last step
         if r.start and book.evaluates_at(r.start) and r.saver.evaluated != r.start:
             # Resumed from a checkpoint saved before its step's evaluation (the signal that stopped
             # the run came during that step, or a kill during the evaluation): make it now.
@@ -114,9 +112,6 @@ def fit(r: RunState) -> dict:
         # A signal after the last step's check (the final evaluation's logging, the bar): stopped here, saved.
         check(r.accelerator)
         return final_record(r, last, t0)
-    except (Stopped, TrackingLost):  # a signal, or the store gone: keep what resume=auto needs
-        r.saver.on_interrupt()
-        raise
     finally:
         book.join()
 
