@@ -1,5 +1,5 @@
 """The optimizer and the learning-rate schedule of a run: AdamW with the kernel train.optimizer_impl
-picks (fast.optimizer_impl), over parameter groups by tensor rank, by what a parameter is and
+picks (optimizer_impl), over parameter groups by tensor rank, by what a parameter is and
 (train.layer_decay) by how deep it sits; transformers' schedule with its warm-up.
 docs/configuration.md, section Training.
 
@@ -18,7 +18,20 @@ from __future__ import annotations
 import torch
 from transformers import get_scheduler
 
-from deepen_run.run.fast import adamw_kwargs, optimizer_impl
+
+def optimizer_impl(value: str, device_type: str) -> str:
+    """train.optimizer_impl -> the AdamW kernel that runs: auto = fused where torch has it (one
+    kernel over all tensors; foreach took ~3x its time per update on this project's idle CPU,
+    docs/performance.md), else foreach. An explicit choice is kept as given."""
+    if value != "auto":
+        return str(value)
+    return "fused" if device_type in ("cuda", "cpu") else "foreach"  # torch's fused kernels (CPU: >= 2.4)
+
+
+def adamw_kwargs(impl: str) -> dict:
+    """torch.optim.AdamW's keywords for an optimizer_impl: fused, foreach (one op over every tensor
+    per arithmetic step) or loop (foreach=False: one tensor at a time, torch's reference path)."""
+    return {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}[impl]
 
 
 def layer_depths(backbone: torch.nn.Module) -> tuple[dict[int, int], int]:

@@ -27,9 +27,10 @@ from deepen_run.run.context import RunState
 from deepen_run.run.early_stop import EarlyStop
 from deepen_run.errors import NonFiniteLoss
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
-from deepen_run.run.fast import run_params, use_dropout_masks, use_unpad
+from deepen_run.run.fast import use_dropout_masks, use_unpad
 from deepen_run.run.bookkeeping import Bookkeeping, log_run_records
-from deepen_run.run.optim import optimizer_for, scheduler_for
+from deepen_run.run.optim import optimizer_for, optimizer_impl, scheduler_for
+from deepen_run.run.threads import set_threads
 from deepen_run.run.stop import check
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
@@ -71,8 +72,9 @@ def setup(r: RunState) -> RunState:
     swapped = use_dropout_masks(r.model, r.compute)  # after the method's hooks: its own dropouts too
     unpadded = use_unpad(r.model, r.compute)
     optimizer = optimizer_for(r.model, tcfg, accelerator.device.type, r.new_params)
-    r.tracker.log_params(run_params(r.compute, tcfg, accelerator.device.type) | unpadded |
-                         {"train/dropout_masks_in": ",".join(swapped) or "-"})
+    kernel = optimizer_impl(tcfg.get("optimizer_impl", "auto"), accelerator.device.type)
+    r.tracker.log_params(set_threads() | r.compute.params() | unpadded |  # the threads, compute choices and why
+                         {"train/optimizer_impl": kernel, "train/dropout_masks_in": ",".join(swapped) or "-"})
     scheduler = scheduler_for(optimizer, tcfg, r.total)
     r.model, r.optimizer, r.scheduler = accelerator.prepare(r.model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
