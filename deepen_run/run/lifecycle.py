@@ -4,6 +4,7 @@ runs that a dead process left RUNNING. Signals are run/stop.py's.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import platform
 import socket
@@ -36,11 +37,11 @@ def provenance() -> dict[str, str]:
 
 def alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: alive, another user's
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
@@ -51,7 +52,7 @@ def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> li
 
     where: an extra search clause (a sweep's own children); wait_s: give live processes that long
     to end their runs themselves first (an interrupted sweep's jobs are saving a checkpoint); note(run_id,
-    tags): what the dead run left to continue from (runfile.orphan_note), for its error tag."""
+    tags): what the dead run left to continue from (rundir.orphan_note), for its error tag."""
     if not tracker.enabled:
         return []
     host = socket.gethostname()
@@ -91,8 +92,6 @@ def exclusive(lock: Path):
     process dying however it dies, lets it go). BlockingIOError: a live process holds it. A holder
     may remove the file as we lock it, and a lock on an unlinked file holds nothing: it counts only
     while the path still names the locked file."""
-    import fcntl
-
     while True:
         try:  # no link followed: a lock file that is a link would have its target emptied
             f = os.fdopen(os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "r+")
@@ -117,7 +116,7 @@ def exclusive(lock: Path):
         f.truncate()
         f.write(f"{os.getpid()} {socket.gethostname()}\n")
         f.flush()
-    except BaseException:  # a full disk, a signal: the lock goes with the file
+    except OSError:  # a full disk: the lock goes with the file
         f.close()
         raise
     return f
@@ -138,9 +137,8 @@ class DirInUse(UserError):
 @contextmanager
 def run_dir_lock(folder: Path, resuming: bool = False):
     """One run dir holds one run: an exclusive flock on <dir>/.lock for the run's life, so a stale lock
-    never blocks a resume. The file is removed when the run ends."""
-    import fcntl
-
+    never blocks a resume. The file is removed when the run ends (while still held: no other process
+    can hold it yet), and closing it lets the lock go."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
         f = exclusive(folder / LOCK)
@@ -149,18 +147,12 @@ def run_dir_lock(folder: Path, resuming: bool = False):
     try:
         yield
     finally:
-        try:
-            os.unlink(folder / LOCK)  # while still held: no other process can hold it yet
-        except FileNotFoundError:
-            pass
-        fcntl.flock(f, fcntl.LOCK_UN)
+        (folder / LOCK).unlink(missing_ok=True)
         f.close()
 
 
 def in_use(folder: Path) -> bool:
     """Is a live process holding this run dir's lock (so resume must not pick it)?"""
-    import fcntl
-
     try:
         f = open(folder / LOCK)
     except (FileNotFoundError, IsADirectoryError):

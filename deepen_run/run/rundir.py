@@ -1,28 +1,24 @@
-"""The run dir: deepen-run deletes only files it created.
+"""The run dir: deepen-run deletes only files it created (docs/reliability.md says what a user sees).
 
-`RunDirGuard` is a Hydra callback (conf/config.yaml, hydra.callbacks). It acts before Hydra writes
-anything into a run or sweep dir, and after a failed attempt:
+`RunDirGuard` is a Hydra callback (conf/config.yaml, hydra.callbacks) that acts before Hydra writes
+anything into a run or sweep dir, and after a failed attempt. It refuses a folder holding files we did
+not make (Hydra rewrites `.hydra/` and its log in a run dir, and a run adds checkpoints: none of that
+belongs beside someone's work), a dir held by a live run, and another run's dir, before Hydra rewrites
+that run's `.hydra/` and log. A pre-flight error (a UserError before the MLflow run exists) removes
+what this attempt created, judged by a listing taken before Hydra made anything, then ends the process
+with the error's one line. `make clean` is run/clean.py (the standard library only).
 
-- A folder that already holds files deepen-run did not make (no run.json, no run_config.yaml, no
-  sweep record) is refused with one line naming it. We refuse rather than write beside the user's
-  files: Hydra itself rewrites `.hydra/` and the log in its run dir, and a run adds checkpoints/,
-  run.json and more; none of that belongs in a folder of someone's work.
-- A run dir held by a live run (the run-dir lock), or one that holds a FINISHED run or an unfinished
-  one with checkpoints (without resume), is refused before Hydra rewrites its `.hydra/` and log:
-  the refused process writes nothing there.
-- A pre-flight error (a UserError before the MLflow run exists) removes what this attempt created,
-  then ends the process with the error's one line (before Hydra adds a line of its own),
-  judged by a listing taken before Hydra made anything: a dir it created goes whole (and any parent
-  folders it created, if empty); in a dir that existed, only the new entries other than the log go.
-  Anything that was there before is left alone, whatever it is.
-
-`make clean` is deepen_run/run/clean.py (the standard library only: it runs without the virtualenv).
+run.json, the run dir's record of its MLflow run (run id, store with its password masked, experiment,
+status), is written here: a resume continues that run, and the guard and the orphan reaper read it.
+Written whole (a temporary file, then renamed), never half.
 """
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -32,6 +28,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
 from deepen_run.errors import UserError, fail, fail_with
+from deepen_run.run.checkpoint import latest, steps_of
 from deepen_run.run.clean import OURS, RUN_FILE, RUN_RECORDS, SWEEP_RECORDS
 from deepen_run.run.lifecycle import DirInUse, in_use
 from deepen_run.safe_fs import remove  # one rule for every cleanup: no link followed
@@ -97,6 +94,47 @@ def failure(job_return) -> Optional[BaseException]:
     except BaseException as e:  # noqa: BLE001 (whatever the job raised is the answer)
         return e
     return None
+
+
+def read_run_file(home: Path) -> dict:
+    f = home / RUN_FILE
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def write_run_file(home: Optional[Path], run_id: str, uri: str, experiment: str, status: str = "RUNNING") -> None:
+    from deepen_run.masking import mask_uri
+
+    if home is not None and run_id:  # a record on disk: no user:password@'s password
+        tmp = home / f".{RUN_FILE}.tmp"  # then renamed: a full disk leaves the old run.json, never half of one
+        tmp.write_text(json.dumps({"run_id": run_id, "tracking_uri": mask_uri(uri), "experiment": experiment,
+                                   "status": status}))
+        tmp.replace(home / RUN_FILE)
+
+
+def finish(home: Optional[Path], status: str) -> None:
+    """Record how the run ended; a FINISHED run drops its full-state checkpoints (optimizer state is
+    twice the model, and a finished schedule cannot be continued) and keeps checkpoints/best."""
+    info = read_run_file(home) if home is not None else {}
+    if not info:
+        return
+    write_run_file(home, info["run_id"], info["tracking_uri"], info["experiment"], status)
+    if status == "FINISHED":
+        for _, p in steps_of(home):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def orphan_note(run_id: str, tags: dict) -> str:
+    """What a dead run left to continue from, said truthfully; its run.json is marked KILLED too."""
+    if tags.get("sweep_role") == "parent":
+        return "rerun the sweep's command with resume=auto to continue it"
+    home = Path(tags["run_dir"]) if tags.get("run_dir") else None
+    if home is None or read_run_file(home).get("run_id") != run_id:
+        return "resume=auto in its run dir continues it"
+    finish(home, "KILLED")
+    last = latest(home)
+    if last is None:
+        return f"no checkpoint was saved; resume=auto in {home} runs it again from step 0 as the same run"
+    return f"resume=auto in {home} continues it from its checkpoint {last.name}"
 
 
 class RunDirGuard(Callback):

@@ -24,11 +24,10 @@ from deepen_run.data import loaders as gd
 from deepen_run.model import steps as backbone_steps
 from deepen_run.run import submission
 from deepen_run.run.context import RunState
-from deepen_run.run.early_stop import EarlyStop
 from deepen_run.errors import NonFiniteLoss
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
 from deepen_run.run.fast import use_dropout_masks, use_unpad
-from deepen_run.run.bookkeeping import Bookkeeping, log_run_records
+from deepen_run.run.bookkeeping import Bookkeeping, EarlyStop, log_run_records
 from deepen_run.run.optim import optimizer_for, optimizer_impl, scheduler_for
 from deepen_run.run.threads import set_threads
 from deepen_run.run.stop import check
@@ -91,7 +90,7 @@ def fit(r: RunState) -> dict:
     t0, gas = time.time(), r.cfg.train.gradient_accumulation_steps
     batches = {t: forever(s) for t, s in r.streams.items()}
     r.model.train()
-    stopper = EarlyStop(r.cfg.train, r.saver)  # train.early_stopping_patience (deepen_run/run/early_stop.py)
+    stopper = EarlyStop(r.cfg.train, r.saver)  # train.early_stopping_patience
     if stopper.stopped_at:  # resumed after it had stopped early: only the tail is left
         r.total = stopper.stopped_at
     book, last = Bookkeeping(r), None
