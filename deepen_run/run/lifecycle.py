@@ -15,14 +15,14 @@ from importlib import metadata
 from pathlib import Path
 
 from deepen_run.errors import UserError
+from deepen_run.masking import mask_string, secret_env_values
 
 LIBRARIES = ("torch", "transformers", "datasets", "accelerate", "mlflow", "hydra-core", "omegaconf", "safetensors")
 
 
 def provenance() -> dict[str, str]:
     """Tags that say what produced the numbers: library versions, git commit, host and process."""
-    from deepen_run.masking import mask_string, secret_env_values
-    from deepen_run.tracking.store import git_commit
+    from deepen_run.tracking.store import git_commit  # mlflow: only once a run starts
 
     command = mask_string(" ".join(sys.argv), secret_env_values())[:4000]  # an override may hold a password
     tags = {"git_commit": git_commit(), "version/python": platform.python_version(),

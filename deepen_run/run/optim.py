@@ -1,17 +1,9 @@
 """The optimizer and the learning-rate schedule of a run: AdamW with the kernel train.optimizer_impl
-picks (optimizer_impl), over parameter groups by tensor rank, by what a parameter is and
-(train.layer_decay) by how deep it sits; transformers' schedule with its warm-up.
-docs/configuration.md, section Training.
-
-Learning rate of a trainable parameter, lr = train.learning_rate:
-  new (what the method or a backbone step created: heads, HIRE, PALs, gates)  lr x new_params_lr_scale
-  in encoder layer i (0-based, of the L layers of the stack as built, copies included)  lr x decay^(L - i)
-  in the backbone's embeddings                                                 lr x decay^(L + 1)
-  anything else pretrained (the pooler)                                        lr
-decay = train.layer_decay; 1.0 (the default) turns the rule off: every pretrained parameter at lr.
-This is the layer-wise decay of the ELECTRA and DeBERTa fine-tuning recipes (BEiT's layer ids:
-embeddings 0, layer i -> i + 1, the top L + 1 at the full rate). One rule for every method, so a
-comparison between methods treats their new weights alike.
+picks, over parameter groups by tensor rank, by what a parameter is and (train.layer_decay) by how deep
+it sits; transformers' schedule with its warm-up. docs/configuration.md (train.layer_decay) states the
+rule, the layer-wise decay of the ELECTRA and DeBERTa recipes (BEiT's layer ids: embeddings 0, layer i
+-> i + 1, the top L + 1 at the full rate). One rule for every method, so a comparison between methods
+treats their new weights alike.
 """
 from __future__ import annotations
 

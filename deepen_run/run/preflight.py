@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
+import tempfile
 from pathlib import Path
 
 from deepen_run.data import tsv
@@ -87,8 +89,6 @@ def typo(message: str, overrides: list[str], methods_swept: bool = False, app: s
     node comes from the config composed with the command's group choices alone (first value of a
     swept one) of `app` (conf/<app>.yaml: config, or probe for deepen-probe); None when the message
     is another error or the node is not found."""
-    import re
-
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -203,8 +203,6 @@ def writable(folder: Path) -> str | None:
     """Why `folder` (made on first use, so its nearest existing ancestor is what counts) cannot take
     our files, or None. os.access says what the permission bits allow; root passes it everywhere,
     so a real probe file is written too (a read-only mount, a full or flaky disk refuse it)."""
-    import tempfile
-
     here = folder
     while not here.exists() and not here.is_symlink() and here != here.parent:
         here = here.parent

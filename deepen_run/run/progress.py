@@ -1,18 +1,13 @@
-"""Training progress: a tqdm bar in a terminal, plain lines elsewhere (SLURM, nohup, CI logs).
-
-A bar redraws itself with carriage returns, which a log file keeps as one line per redraw (a
-150-step run wrote ~160). Off a terminal, progress is a plain line about every 5% of the run, and at
-least every PLAIN_EVERY_S seconds on a slow run: step, loss, it/s, ETA, nothing rewritten.
-
-A sweep job's lines start with its job label ([job 3], Hydra's job number + 1, as the sweep's
-"[job 3/6] started" line), so parallel jobs' lines can be told apart. A multi-task run's loss shows
-each task's mean since the last log line (a classification loss and STS-B's squared error do not
-average). quiet_warnings() drops the library warnings a user cannot act on.
+"""What a run prints. Training progress: a tqdm bar in a terminal; elsewhere (SLURM, nohup, CI logs),
+where a bar's carriage returns leave one line per redraw, a plain line about every 5% of the run and
+at least every PLAIN_EVERY_S seconds. A sweep job's lines start with its job label ([job 3], as the
+sweep's "[job 3/6] started" line); a multi-task run's loss shows each task's mean (a classification
+loss and STS-B's squared error do not average). quiet_warnings() drops the library warnings a user
+cannot act on.
 
 The run dir's log holds what the run printed (copied_to_log): Hydra's job log only receives `logging`
 records, and a run speaks through print and bars, so stdout and stderr are copied into it line by
-line. A bar's carriage-return redraws leave only what the line finally showed, so one line, not one
-per redraw; the console is untouched (a bar still sees a terminal through isatty).
+line, a bar's redraws as the one line they finally showed; the console is untouched.
 """
 from __future__ import annotations
 

@@ -1,20 +1,16 @@
-"""The run dir: deepen-run deletes only files it created (docs/reliability.md says what a user sees).
+"""The run dir (docs/reliability.md: deepen-run deletes only files it created; one run per run dir).
 
-`RunDirGuard` is a Hydra callback (conf/config.yaml, hydra.callbacks) that acts before Hydra writes
-anything into a run or sweep dir, and after a failed attempt. It refuses a folder holding files we did
-not make (Hydra rewrites `.hydra/` and its log in a run dir, and a run adds checkpoints: none of that
-belongs beside someone's work), a dir held by a live run, and another run's dir, before Hydra rewrites
-that run's `.hydra/` and log. A pre-flight error (a UserError before the MLflow run exists) removes
-what this attempt created, judged by a listing taken before Hydra made anything, then ends the process
-with the error's one line. `make clean` is run/clean.py (the standard library only).
-
-run.json, the run dir's record of its MLflow run (run id, store with its password masked, experiment,
-status), is written here: a resume continues that run, and the guard and the orphan reaper read it.
-Written whole (a temporary file, then renamed), never half.
+`RunDirGuard`, a Hydra callback (conf/config.yaml), refuses a folder holding files we did not make, a
+dir held by a live run and another run's dir before Hydra rewrites its `.hydra/` and log, and after a
+pre-flight error removes what this attempt created (judged by a listing taken before Hydra made
+anything). run.json, the run dir's record of its MLflow run (id, store with its password masked,
+experiment, status), is written here whole (a temporary file, then renamed); a resume, the guard and
+the orphan reaper read it. `make clean` is run/clean.py (the standard library only).
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -28,6 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
 from deepen_run.errors import UserError, fail, fail_with
+from deepen_run.masking import mask_uri
 from deepen_run.run.checkpoint import latest, steps_of
 from deepen_run.run.clean import OURS, RUN_FILE, RUN_RECORDS, SWEEP_RECORDS
 from deepen_run.run.lifecycle import DirInUse, in_use
@@ -102,8 +99,6 @@ def read_run_file(home: Path) -> dict:
 
 
 def write_run_file(home: Optional[Path], run_id: str, uri: str, experiment: str, status: str = "RUNNING") -> None:
-    from deepen_run.masking import mask_uri
-
     if home is not None and run_id:  # a record on disk: no user:password@'s password
         tmp = home / f".{RUN_FILE}.tmp"  # then renamed: a full disk leaves the old run.json, never half of one
         tmp.write_text(json.dumps({"run_id": run_id, "tracking_uri": mask_uri(uri), "experiment": experiment,
@@ -166,8 +161,6 @@ class RunDirGuard(Callback):
         """Hold the run dir itself (a flock on the folder, apart from the run's .lock, which the runner
         takes later) from these checks until the process ends: of two runs started at the same instant
         on one dir, the second is refused here, before Hydra writes its .hydra/ and log line there."""
-        import fcntl
-
         try:
             folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)

@@ -1,14 +1,9 @@
-"""The training recipe, top to bottom, in two parts (as torchtune's recipes: setup, then train):
-
-  setup  tokenizer and data, loaders, the task sampler, optimizer and schedule, Accelerate's device
-         placement, a resumed checkpoint, into the run's state (run/context.py RunState)
-  fit    the loop: single-task batches drawn by the schedule, one train_step each (its micro-batches),
-         evaluation at eval_every / once an epoch / at the end; then final_record: the record, the
-         test-set submission, the method's after_train hook. The counters around the steps (loss
-         logged at log_every, progress, checkpoints at save_every) are run/bookkeeping.py's.
-
-No trainer class and no callbacks: the loop is in fit. The method has already decided what trains
-(requires_grad); the loop never asks which method it runs.
+"""The training recipe, top to bottom, in two parts (as torchtune's recipes): setup fills the run's
+state (run/context.py RunState) with data, loaders, the task sampler, optimizer, schedule, Accelerate's
+placement and a resumed checkpoint; fit is the loop (single-task batches drawn by the schedule, one
+train_step each, evaluation at eval_every / once an epoch / at the end), then final_record. The
+counters around the steps are run/bookkeeping.py's. No trainer class and no callbacks; the method has
+already decided what trains (requires_grad), and the loop never asks which method it runs.
 """
 from __future__ import annotations
 
