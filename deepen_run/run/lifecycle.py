@@ -37,22 +37,19 @@ def provenance() -> dict[str, str]:
 
 def alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)  # PermissionError: alive, another user's
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:  # alive, another user's
         pass
     return True
 
 
 def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> list[str]:
-    """End KILLED the runs of this experiment that are RUNNING but whose process (on this host) is
-    gone: SIGKILL, OOM-kill or power loss leave no chance to end them from inside. Sweep parents
-    carry pid/host tags too, so a SIGKILLed launcher's parent is reaped like a run.
-
-    where: an extra search clause (a sweep's own children); wait_s: give live processes that long
-    to end their runs themselves first (an interrupted sweep's jobs are saving a checkpoint); note(run_id,
-    tags): what the dead run left to continue from (rundir.orphan_note), for its error tag."""
+    """End KILLED this experiment's RUNNING runs (sweep parents too) whose process on this host is gone
+    (SIGKILL, a second signal, OOM, power loss). where: an extra search clause (a sweep's own children);
+    wait_s: how long live processes may take to end their runs first (a stopped sweep's jobs are saving);
+    note(run_id, tags): what the dead run left to continue from (rundir.orphan_note), for its error tag."""
     if not tracker.enabled:
         return []
     host = socket.gethostname()
