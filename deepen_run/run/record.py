@@ -11,7 +11,7 @@ from typing import Optional
 
 from deepen_run.data.fingerprint import save_fingerprint
 from deepen_run.run import checkpoint as ck
-from deepen_run.run import rundir, summary
+from deepen_run.run import runfile, summary
 from deepen_run.run.lifecycle import provenance
 from deepen_run.run.resume import save_run_config
 from deepen_run.run.stop import Stopped
@@ -41,7 +41,7 @@ class RunRecord:
             save_run_config(self.home, cfg)  # a resume reads from Hydra's copy (which lacks a sweep job's name)
         tracker.start(self.name, self.tags | provenance() | where, run_id=self.run_id)
         try:  # from here on, whatever fails (a full disk writing run.json) ends the run
-            rundir.write_run_file(self.home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
+            runfile.write_run_file(self.home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
             if not self.run_id:
                 save_fingerprint(self.home, cfg, self.tasks)
             self.monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
@@ -75,7 +75,7 @@ class RunRecord:
             except TrackingLost:
                 status = "FAILED"  # run.json says how it ended when MLflow cannot
             if self.main_process:
-                rundir.finish(self.home, status)
+                runfile.finish(self.home, status)
                 if status == "FINISHED":
                     summary.show(self.tracker, self.home)
             phase("ended")

@@ -20,7 +20,7 @@ from deepen_run.config.schema import ROOT, Config
 from deepen_run.errors import UserError
 from deepen_run.masking import secret_env_values
 from deepen_run.run.lifecycle import DirInUse, in_use
-from deepen_run.run.rundir import read_run_file
+from deepen_run.run.runfile import read_run_file
 
 SAVED = Path(".hydra") / "config.yaml"  # Hydra's copy: the config of the LAST command in the dir
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from accelerate.utils import set_seed
 from omegaconf import OmegaConf
 
-from deepen_run.run import rundir
+from deepen_run.run import runfile
 from deepen_run.model import steps as backbone_steps
 from deepen_run.errors import UserError
 from deepen_run.run.progress import quiet_libraries
@@ -41,8 +41,8 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
     tracker.check()
     if "sweep_id" not in (tags or {}):  # a sweep's launcher looks for dead runs once, for all its jobs
-        reap_orphans(tracker, note=rundir.orphan_note)
-    run_id = rundir.read_run_file(resume_home).get("run_id") if resume_home else None
+        reap_orphans(tracker, note=runfile.orphan_note)
+    run_id = runfile.read_run_file(resume_home).get("run_id") if resume_home else None
     if run_id and not tracker.has_run(run_id):  # before any weights load: MLflow would say "not found" in 55 lines
         raise UserError(f"resume: run {run_id} of {resume_home} is not in the MLflow store {tracker.shown} (deleted "
                         "or replaced since); restore that store to continue it, or start afresh: the same command "

@@ -108,7 +108,7 @@ class SweepJob:
 
     def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:
         """resume=auto: this job's run dir holds its FINISHED child of this sweep -> its outcome."""
-        from deepen_run.run.rundir import read_run_file
+        from deepen_run.run.runfile import read_run_file
         from deepen_run.run.resume import wanted
         from deepen_run.tracking.store import find_runs
 
