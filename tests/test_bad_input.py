@@ -320,7 +320,7 @@ def test_read_only_store_as_a_non_root_user_sees_it(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
     from deepen_run.errors import UserError
-    from deepen_run.run.places import tracking_store
+    from deepen_run.run.preflight import tracking_store
 
     (tmp_path / "mlflow.db").write_bytes(b"")
     for locked, culprit in [(tmp_path / "mlflow.db", "mlflow.db is read-only"), (tmp_path, "is not writable")]:

@@ -330,7 +330,7 @@ def test_an_unusable_cache_dir_is_one_line_before_any_weights_load(glue_dir, tmp
     r = cli("backbone=tiny", "task=rte", f"data.glue_dir={glue_dir}", f"data.cache_dir={tmp_path}/afile/cache")
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "data.cache_dir=" in lines[0] and "is a file" in lines[0], r.stderr
-    from deepen_run.run.places import writable
+    from deepen_run.run.preflight import writable
 
     assert writable(tmp_path / "new" / "cache") is None and "is a file" in writable(tmp_path / "afile" / "c")
 

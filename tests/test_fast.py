@@ -5,7 +5,7 @@ import torch
 
 from conftest import cli, runs_of
 from deepen_run.precision import choose_attention, choose_precision, cpu_flags, resolve_precision
-from deepen_run.run.fast import adamw_kwargs, optimizer_impl
+from deepen_run.run.optim import adamw_kwargs, optimizer_impl
 
 TINY = ["backbone=tiny", "task=rte", "train.batch_size=8", "data.max_train_samples=32", "data.max_eval_samples=32",
         "data.max_seq_length=32", "train.max_steps=2"]

@@ -123,8 +123,7 @@ def check(cfg) -> list:
         if cfg.data[key] is not None:
             raise UserError(f"data.{key}={cfg.data[key]}: deepen-probe reads dev examples only (probe.samples "
                             f"of them, data.max_eval_samples at most): drop data.{key}")
-    from deepen_run.run.places import tracking_store
-    from deepen_run.run.preflight import seq_length
+    from deepen_run.run.preflight import seq_length, tracking_store
 
     OmegaConf.to_object(cfg.data)  # data's own checks (config/checks.py), e.g. data.max_seq_length
     tracking_store(cfg.tracking)

@@ -65,7 +65,7 @@ def quiet_other_ranks(argv: list[str]) -> list[str]:
 
 
 def _task(cfg) -> float:
-    from deepen_run.run.runlog import copied_to_log
+    from deepen_run.run.progress import copied_to_log
     from deepen_run.run.stop import Stopped
     from deepen_run.sweep.jobs import current_job
 

@@ -1,8 +1,6 @@
-"""One run, start to end: pre-flight (preflight.py), the runner (runner.py), the training recipe
-(train.py), evaluation and prediction (evaluation.py, predict.py), checkpoints and resume
-(checkpoint.py, resume.py), the run dir's record run.json (runfile.py), signals (stop.py), how a run's
-record ends (record.py), the lock and dead runs (lifecycle.py), what method hooks see (context.py), the run dir's guard and `make clean`
-(rundir.py), its log (runlog.py), the summary, submissions, progress bars and device fast paths. A method's model module is reached through the
-registry (deepen_run.methods.METHODS, by name), never imported here.
+"""One run, start to end: pre-flight (preflight.py), the runner (runner.py), the recipe (train.py, its
+counters in bookkeeping.py), evaluation and prediction, checkpoints and resume, the run dir's record
+and guard (runfile.py, rundir.py, clean.py), signals (stop.py) and how a run's record ends (record.py).
+A method's model module is reached through the registry (deepen_run.methods.METHODS), never imported here.
 May import: base, config, methods, data, model, tracking, serve
 """

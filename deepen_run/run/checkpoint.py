@@ -1,20 +1,12 @@
-"""Checkpoints: every train.save_every steps keep the last train.save_total_limit full states and
-the best weights by eval/score; resume one so the run continues exactly where it was.
+"""Checkpoints (docs/reliability.md, sections Checkpoints and Resume): every train.save_every steps
+checkpoints/step-<N>/ holds accelerator.save_state's files (loaded back with weights_only=True) and
+trainer_state.json (step, batches consumed per task, best score, the evaluation it counts); the last
+train.save_total_limit are kept. checkpoints/best/ holds the best eval/score's weights (keeps_best).
+Each is filled in a hidden temporary folder and renamed, so a crash never leaves half a checkpoint.
 
-Layout, inside the run dir Hydra made for the run (its "home"; run.json, the run's record, is
-run/runfile.py's):
-  checkpoints/step-<N>/  accelerator.save_state: model.safetensors, optimizer.bin, scheduler.bin,
-                         random_states_0.pkl (all loaded back with weights_only=True by Accelerate),
-                         and trainer_state.json (step, batches consumed per task, best score)
-  checkpoints/best/      model.safetensors + trainer_state.json of the best eval/score so far, kept
-                         per train.save_best (auto: long runs and predict=true only; see keeps_best)
-Each is written to a temporary folder and renamed, so a crash never leaves half a checkpoint.
-
-Exactness: the task of step s is keyed by (seed, s) (data/sampling.py); each task's loader shuffles
-epoch e with its generator re-seeded from (seed, e) (epoch 0 keeps the loader's own seed), and a
-resumed stream skips the batches of its epoch it had already consumed with
-accelerate.skip_first_batches (indices only, no data loaded); optimizer, scheduler and RNG (dropout)
-states come back through accelerator.load_state.
+Exactness on resume: the task of step s is keyed by (seed, s) (data/sampling.py), each task's loader
+reshuffles epoch e from (seed, e) and skips the batches already consumed (accelerate's
+skip_first_batches: indices only), and accelerator.load_state brings back optimizer, scheduler and RNG.
 """
 from __future__ import annotations
 
@@ -28,7 +20,7 @@ from typing import Optional
 from deepen_run.data.stream import TaskStream
 from deepen_run.errors import UserError
 from deepen_run.safe_fs import shared_mode
-from deepen_run.run.stop import Stopped, check
+from deepen_run.run.stop import check
 
 STATE = "trainer_state.json"
 
@@ -112,7 +104,8 @@ def keeps_best(tcfg, total: int, predict: bool = False) -> bool:
 
 
 class Checkpointer:
-    """Saves at save_every, on an interrupt, and the best weights; restores a resumed run."""
+    """Saves at save_every and the best weights; restores a resumed run. A stopped run's last step is
+    saved by its record (run/record.py RunRecord), the one place that does it."""
 
     def __init__(self, home: Optional[Path], tcfg, accelerator, total: int, predict: bool = False):
         if home is None and tcfg.model_selection == "best":
@@ -134,7 +127,7 @@ class Checkpointer:
         return self.streams
 
     def restore(self, ckpt: Optional[Path]) -> int:
-        """Load a checkpoint into the prepared model/optimizer/scheduler; returns its step."""
+        """Load a checkpoint into the prepared model, optimizer and scheduler. -> its step."""
         if ckpt is None:
             return 0
         if self.acc.is_main_process:
@@ -238,17 +231,9 @@ class Checkpointer:
             raise RuntimeError(f"checkpoints/best does not fit the model: {e}") from None
 
     def on_step(self, done: int) -> None:
-        """After each step: periodic save, then a stop asked during the step acts here, saved."""
+        """After each step: periodic save, then a stop asked during the step raises Stopped here."""
         self.step = done
         if self.every and done % self.every == 0 and done < self.total:
             self.save(done)
-        try:
-            check(self.acc)
-        except Stopped:
-            self.save(done)
-            raise
-
-    def on_interrupt(self) -> None:
-        if self.step > 0:
-            self.save(self.step)
+        check(self.acc)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -138,7 +139,5 @@ def clean(outputs: Path, store: bool = False) -> list[Path]:
 
 
 if __name__ == "__main__":  # make clean: python -m deepen_run.run.clean <outputs> [--store]
-    import sys
-
     gone = clean(Path(sys.argv[1]), store="--store" in sys.argv[2:])
     print(f"removed {len(gone)} entries under {sys.argv[1]}")

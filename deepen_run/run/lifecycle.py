@@ -4,6 +4,7 @@ runs that a dead process left RUNNING. Signals are run/stop.py's.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import platform
 import socket
@@ -14,14 +15,14 @@ from importlib import metadata
 from pathlib import Path
 
 from deepen_run.errors import UserError
+from deepen_run.masking import mask_string, secret_env_values
 
 LIBRARIES = ("torch", "transformers", "datasets", "accelerate", "mlflow", "hydra-core", "omegaconf", "safetensors")
 
 
 def provenance() -> dict[str, str]:
     """Tags that say what produced the numbers: library versions, git commit, host and process."""
-    from deepen_run.masking import mask_string, secret_env_values
-    from deepen_run.tracking.store import git_commit
+    from deepen_run.tracking.store import git_commit  # mlflow: only once a run starts
 
     command = mask_string(" ".join(sys.argv), secret_env_values())[:4000]  # an override may hold a password
     tags = {"git_commit": git_commit(), "version/python": platform.python_version(),
@@ -39,19 +40,16 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
 
 
 def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> list[str]:
-    """End KILLED the runs of this experiment that are RUNNING but whose process (on this host) is
-    gone: SIGKILL, OOM-kill or power loss leave no chance to end them from inside. Sweep parents
-    carry pid/host tags too, so a SIGKILLed launcher's parent is reaped like a run.
-
-    where: an extra search clause (a sweep's own children); wait_s: give live processes that long
-    to end their runs themselves first (an interrupted sweep's jobs are saving a checkpoint); note(run_id,
-    tags): what the dead run left to continue from (runfile.orphan_note), for its error tag."""
+    """End KILLED this experiment's RUNNING runs (sweep parents too) whose process on this host is gone
+    (SIGKILL, a second signal, OOM, power loss). where: an extra search clause (a sweep's own children);
+    wait_s: how long live processes may take to end their runs first (a stopped sweep's jobs are saving);
+    note(run_id, tags): what the dead run left to continue from (runfile.orphan_note), for its error tag."""
     if not tracker.enabled:
         return []
     host = socket.gethostname()
@@ -91,8 +89,6 @@ def exclusive(lock: Path):
     process dying however it dies, lets it go). BlockingIOError: a live process holds it. A holder
     may remove the file as we lock it, and a lock on an unlinked file holds nothing: it counts only
     while the path still names the locked file."""
-    import fcntl
-
     while True:
         try:  # no link followed: a lock file that is a link would have its target emptied
             f = os.fdopen(os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "r+")
@@ -117,7 +113,7 @@ def exclusive(lock: Path):
         f.truncate()
         f.write(f"{os.getpid()} {socket.gethostname()}\n")
         f.flush()
-    except BaseException:  # a full disk, a signal: the lock goes with the file
+    except OSError:  # a full disk: the lock goes with the file
         f.close()
         raise
     return f
@@ -138,9 +134,8 @@ class DirInUse(UserError):
 @contextmanager
 def run_dir_lock(folder: Path, resuming: bool = False):
     """One run dir holds one run: an exclusive flock on <dir>/.lock for the run's life, so a stale lock
-    never blocks a resume. The file is removed when the run ends."""
-    import fcntl
-
+    never blocks a resume. The file is removed when the run ends (while still held: no other process
+    can hold it yet), and closing it lets the lock go."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
         f = exclusive(folder / LOCK)
@@ -149,18 +144,12 @@ def run_dir_lock(folder: Path, resuming: bool = False):
     try:
         yield
     finally:
-        try:
-            os.unlink(folder / LOCK)  # while still held: no other process can hold it yet
-        except FileNotFoundError:
-            pass
-        fcntl.flock(f, fcntl.LOCK_UN)
+        (folder / LOCK).unlink(missing_ok=True)
         f.close()
 
 
 def in_use(folder: Path) -> bool:
     """Is a live process holding this run dir's lock (so resume must not pick it)?"""
-    import fcntl
-
     try:
         f = open(folder / LOCK)
     except (FileNotFoundError, IsADirectoryError):

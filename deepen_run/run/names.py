@@ -23,6 +23,8 @@ import re
 
 from omegaconf import OmegaConf
 
+from deepen_run.masking import mask_string, secret_env_values
+
 SCORE_TAG = "score"  # the final eval/score rounded to 4 decimals, set when the run finishes
 _LINK = re.compile(r"^\$\{(method\.[\w.]+)\}$")
 
@@ -63,27 +65,25 @@ def method_options(cfg, omit=()) -> dict[str, str]:
         key = f"method.{f.name}"
         if key in skip or f.name not in cfg.method:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else \
-            (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         value = OmegaConf.to_object(cfg.method[f.name]) if OmegaConf.is_config(cfg.method[f.name]) \
             else cfg.method[f.name]
-        if _value(value) != _value(default):
+        if _value(value) != _value(_default(f)):
             out[f.name] = _value(value)
     return out
 
 
-def _backbone_defaults() -> dict:
-    from deepen_run.config.schema import BackboneConfig
-
-    return {f.name: (f.default if f.default is not dataclasses.MISSING else
-                     f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
-            for f in dataclasses.fields(BackboneConfig)}
+def _default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
 
 
 def _dup_options(b) -> str:
     """`:<value>` for each duplicate_* choice (how a copy enters, what of it trains) that is not its
     schema's default: `:gated`, `:copies`. Any such key the schema gains is named without a change here."""
-    defaults = _backbone_defaults()
+    from deepen_run.config.schema import BackboneConfig
+
+    defaults = {f.name: _default(f) for f in dataclasses.fields(BackboneConfig)}
     out = ""
     for key in b:
         if str(key).startswith("duplicate_") and key != "duplicate_layers" and key in defaults \
@@ -131,8 +131,6 @@ def run_name(cfg, omit=()) -> str:
     """tracking.run_name, else the default name above; `omit`: dotted keys not to say (a sweep's
     swept keys, said before the name)."""
     if cfg.tracking.run_name:  # a sweep child's name holds its overrides: a secret in one stays out
-        from deepen_run.masking import mask_string, secret_env_values
-
         return mask_string(cfg.tracking.run_name, secret_env_values())
     return default_name(cfg, omit)
 

@@ -1,24 +1,29 @@
 """The optimizer and the learning-rate schedule of a run: AdamW with the kernel train.optimizer_impl
-picks (fast.optimizer_impl), over parameter groups by tensor rank, by what a parameter is and
-(train.layer_decay) by how deep it sits; transformers' schedule with its warm-up.
-docs/configuration.md, section Training.
-
-Learning rate of a trainable parameter, lr = train.learning_rate:
-  new (what the method or a backbone step created: heads, HIRE, PALs, gates)  lr x new_params_lr_scale
-  in encoder layer i (0-based, of the L layers of the stack as built, copies included)  lr x decay^(L - i)
-  in the backbone's embeddings                                                 lr x decay^(L + 1)
-  anything else pretrained (the pooler)                                        lr
-decay = train.layer_decay; 1.0 (the default) turns the rule off: every pretrained parameter at lr.
-This is the layer-wise decay of the ELECTRA and DeBERTa fine-tuning recipes (BEiT's layer ids:
-embeddings 0, layer i -> i + 1, the top L + 1 at the full rate). One rule for every method, so a
-comparison between methods treats their new weights alike.
+picks, over parameter groups by tensor rank, by what a parameter is and (train.layer_decay) by how deep
+it sits; transformers' schedule with its warm-up. docs/configuration.md (train.layer_decay) states the
+rule, the layer-wise decay of the ELECTRA and DeBERTa recipes (BEiT's layer ids: embeddings 0, layer i
+-> i + 1, the top L + 1 at the full rate). One rule for every method, so a comparison between methods
+treats their new weights alike.
 """
 from __future__ import annotations
 
 import torch
 from transformers import get_scheduler
 
-from deepen_run.run.fast import adamw_kwargs, optimizer_impl
+
+def optimizer_impl(value: str, device_type: str) -> str:
+    """train.optimizer_impl -> the AdamW kernel that runs: auto = fused where torch has it (one
+    kernel over all tensors; foreach took ~3x its time per update on this project's idle CPU,
+    docs/performance.md), else foreach. An explicit choice is kept as given."""
+    if value != "auto":
+        return str(value)
+    return "fused" if device_type in ("cuda", "cpu") else "foreach"  # torch's fused kernels (CPU: >= 2.4)
+
+
+def adamw_kwargs(impl: str) -> dict:
+    """torch.optim.AdamW's keywords for an optimizer_impl: fused, foreach (one op over every tensor
+    per arithmetic step) or loop (foreach=False: one tensor at a time, torch's reference path)."""
+    return {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}[impl]
 
 
 def layer_depths(backbone: torch.nn.Module) -> tuple[dict[int, int], int]:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from deepen_run.run.progress import interactive
+from deepen_run.run.stop import check
+
 
 def batch_inputs(batch: dict) -> dict:
     """The model's inputs from a collated batch (no labels, no idx)."""
@@ -27,9 +30,6 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
     longest-first loader).
     """
     from tqdm.auto import tqdm
-
-    from deepen_run.run.progress import interactive
-    from deepen_run.run.stop import check
 
     outs, refs = [], []
     quiet = desc is None or not accelerator.is_main_process or not interactive()  # no \r bars in a log file

@@ -1,19 +1,23 @@
-"""Training progress: a tqdm bar in a terminal, plain lines elsewhere (SLURM, nohup, CI logs).
+"""What a run prints. Training progress: a tqdm bar in a terminal; elsewhere (SLURM, nohup, CI logs),
+where a bar's carriage returns leave one line per redraw, a plain line about every 5% of the run and
+at least every PLAIN_EVERY_S seconds. A sweep job's lines start with its job label ([job 3], as the
+sweep's "[job 3/6] started" line); a multi-task run's loss shows each task's mean (a classification
+loss and STS-B's squared error do not average). quiet_warnings() drops the library warnings a user
+cannot act on.
 
-A bar redraws itself with carriage returns, which a log file keeps as one line per redraw (a
-150-step run wrote ~160). Off a terminal, progress is a plain line about every 5% of the run, and at
-least every PLAIN_EVERY_S seconds on a slow run: step, loss, it/s, ETA, nothing rewritten.
-
-A sweep job's lines start with its job label ([job 3], Hydra's job number + 1, as the sweep's
-"[job 3/6] started" line), so parallel jobs' lines can be told apart. A multi-task run's loss shows
-each task's mean since the last log line (a classification loss and STS-B's squared error do not
-average). quiet_warnings() drops the library warnings a user cannot act on.
+The run dir's log holds what the run printed (copied_to_log): Hydra's job log only receives `logging`
+records, and a run speaks through print and bars, so stdout and stderr are copied into it line by
+line, a bar's redraws as the one line they finally showed; the console is untouched.
 """
 from __future__ import annotations
 
+import logging
+import re
 import sys
 import time
 import warnings
+from contextlib import contextmanager
+from typing import IO, Optional
 
 PLAIN_LINES = 20  # lines per run, off a terminal
 PLAIN_EVERY_S = 300.0
@@ -29,8 +33,6 @@ def quiet_libraries() -> None:
     weights"): same carriage returns; and Accelerate's INFO lines at each checkpoint save and load
     (five a checkpoint), which say nothing the run's own lines do not."""
     if not interactive():
-        import logging
-
         from datasets.utils.logging import disable_progress_bar
         from transformers.utils import logging as hf_logging
 
@@ -129,3 +131,57 @@ def _clock(s: float) -> str:
         return "?"
     s = int(round(s))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # cursor moves of nested bars mean nothing in a file
+
+
+class Tee:
+    def __init__(self, stream: IO[str], file: IO[str]):
+        self.stream, self.file, self.partial = stream, file, ""
+
+    def write(self, s: str) -> int:
+        n = self.stream.write(s)
+        *lines, rest = (self.partial + s).split("\n")
+        for line in lines:
+            self.file.write(ANSI.sub("", line.rsplit("\r", 1)[-1]) + "\n")
+        self.partial = rest.rsplit("\r", 1)[-1]  # a redraw replaces the line so far
+        if lines:
+            self.file.flush()
+        return n
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def close_line(self) -> None:
+        if self.partial.strip("\r "):
+            self.file.write(ANSI.sub("", self.partial.rsplit("\r", 1)[-1]) + "\n")
+        self.partial = ""
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ...: the console's
+        return getattr(self.stream, name)
+
+
+def job_log_path() -> Optional[str]:
+    for h in logging.getLogger().handlers:
+        if isinstance(h, logging.FileHandler):
+            return h.baseFilename
+    return None
+
+
+@contextmanager
+def copied_to_log():
+    """Within: what is printed also goes to the job's log file (no-op when logging is off)."""
+    path = job_log_path()
+    if path is None:
+        yield
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        out, err = Tee(sys.stdout, f), Tee(sys.stderr, f)
+        sys.stdout, sys.stderr = out, err
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = out.stream, err.stream
+            out.close_line()
+            err.close_line()

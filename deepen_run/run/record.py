@@ -55,9 +55,14 @@ class RunRecord:
     def __exit__(self, kind, error, tb) -> bool:
         status = "FINISHED" if error is None else "FAILED"
         try:
-            if isinstance(error, Stopped):
+            if isinstance(error, (Stopped, TrackingLost)) and self.saver is not None and self.saver.step > 0:
+                self.saver.save(self.saver.step)  # the last step, saved here only: what resume=auto continues
+            if isinstance(error, Stopped):  # the checkpoint left is named on it: the exit line, a job's outcome
                 status = "KILLED"
-                self._stopped(error)
+                error.recorded, error.checkpoint = True, ck.latest(self.home) if self.home is not None else None
+                # no checkpoint: stopped while loading, before its first step (nothing to resume)
+                self.tracker.set_tags({"interrupted": str(error)} |
+                                      ({"stopped_before_first_step": "true"} if error.checkpoint is None else {}))
             elif isinstance(error, Exception) and not isinstance(error, TrackingLost):
                 if not self.restored:
                     status = self.before or "KILLED"
@@ -72,16 +77,6 @@ class RunRecord:
             if self.main_process:
                 runfile.finish(self.home, status)
                 if status == "FINISHED":
-                    summary.show(self.tracker, self.home, status)
+                    summary.show(self.tracker, self.home)
             phase("ended")
         return False
-
-    def _stopped(self, e: Stopped) -> None:
-        """The last step saved, why tagged, and the checkpoint named on the exception (the command's
-        exit message, the sweep job's outcome)."""
-        if self.saver is not None:  # stopped after the loop (publishing the model): the last step is saved too
-            self.saver.on_interrupt()
-        e.recorded, e.checkpoint = True, ck.latest(self.home) if self.home is not None else None
-        # no checkpoint: stopped while loading, before its first step (nothing to resume)
-        self.tracker.set_tags({"interrupted": str(e)} |
-                              ({"stopped_before_first_step": "true"} if e.checkpoint is None else {}))

@@ -1,16 +1,9 @@
-"""`resume=`: which run dir to continue, and with which config.
-
-resume=<run dir>  continue that run with the config it was started with (its run_config.yaml);
-                  an override given now must agree with it, else one error line names the key.
-resume=true       the most recently checkpointed unfinished run dir whose config equals this
-                  command's config: this command's own run dir, the dirs next to it (the default
-                  layout: outputs/runs/<date>/<time>) and under outputs/runs and outputs/multiruns.
-resume=auto       as true, but the own run dir first, and no such run means: start afresh. A
-                  requeued job (same command, same hydra.run.dir) thus continues where it stopped.
-A run's starting config is saved once, when it starts, as <run dir>/run_config.yaml: Hydra rewrites
-<run dir>/.hydra/config.yaml on every start in that dir, so it cannot say what the run was (older
-runs without run_config.yaml fall back to it). The resumed run keeps writing checkpoints (and
-run.json) in its original dir; the dir Hydra makes for the resuming command holds only its log.
+"""`resume=`: which run dir to continue, and with which config (docs/reliability.md, section Resume:
+resume=<run dir>, resume=true, resume=auto). A run's starting config is saved once, when it starts, as
+<run dir>/run_config.yaml: Hydra rewrites <run dir>/.hydra/config.yaml on every start in that dir, so it
+cannot say what the run was (older runs without run_config.yaml fall back to it). The resumed run keeps
+writing checkpoints (and run.json) in its original dir; the dir Hydra makes for the resuming command
+holds only its log.
 """
 from __future__ import annotations
 
@@ -22,8 +15,10 @@ from omegaconf import OmegaConf
 
 from deepen_run.run.checkpoint import latest, usable
 from deepen_run.run.clean import RUN_CONFIG  # ours: the config the run started with, written once
+from deepen_run.config.redact import restore_masked, scrub
 from deepen_run.config.schema import ROOT, Config
 from deepen_run.errors import UserError
+from deepen_run.masking import secret_env_values
 from deepen_run.run.lifecycle import DirInUse, in_use
 from deepen_run.run.runfile import read_run_file
 
@@ -31,13 +26,11 @@ SAVED = Path(".hydra") / "config.yaml"  # Hydra's copy: the config of the LAST c
 
 
 def wanted(value) -> Optional[str]:
-    """None (no resume), 'latest', 'auto', or a path."""
-    if value is None or value is False or str(value).strip().lower() in ("", "false", "null", "none", "no"):
-        return None
+    """None (no resume), 'latest', 'auto', or a path. None and False read as 'none' and 'false'."""
     low = str(value).strip().lower()
-    if low == "auto":
-        return "auto"
-    return "latest" if value is True or low in ("true", "yes", "latest") else str(value)
+    if low in ("", "false", "null", "none", "no"):
+        return None
+    return {"auto": "auto", "true": "latest", "yes": "latest", "latest": "latest"}.get(low, str(value))
 
 
 def saved_config(home: Path) -> Optional[Path]:
@@ -64,9 +57,6 @@ def current_dir() -> Optional[Path]:
 def plain_config(cfg, keep_resume: bool = False) -> dict:
     """The config as compared between attempts: unresolved, secrets masked on both sides (the saved
     run_config.yaml holds them masked)."""
-    from deepen_run.config.redact import scrub
-    from deepen_run.masking import secret_env_values
-
     d = OmegaConf.to_container(cfg, resolve=False)
     if not keep_resume:
         d.pop("resume", None)
@@ -226,8 +216,6 @@ def resolve(cfg) -> tuple:
     if usable(home, report=lambda line: print(f"deepen-run: warning: {line}", file=sys.stderr)) is None:
         raise UserError(f"resume={cfg.resume}: every checkpoint in {home}/checkpoints is damaged (see the warnings); "
                         "start the run afresh in another hydra.run.dir")
-    from deepen_run.config.redact import restore_masked
-
     saved = OmegaConf.create(restore_masked(OmegaConf.to_container(OmegaConf.load(saved_config(home))),
                                             OmegaConf.to_container(cfg, resolve=False)))
     _check_overrides(cfg, saved, home)

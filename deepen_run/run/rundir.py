@@ -1,26 +1,15 @@
-"""The run dir: deepen-run deletes only files it created.
+"""The run dir (docs/reliability.md: deepen-run deletes only files it created; one run per run dir).
 
-`RunDirGuard` is a Hydra callback (conf/config.yaml, hydra.callbacks). It acts before Hydra writes
-anything into a run or sweep dir, and after a failed attempt:
-
-- A folder that already holds files deepen-run did not make (no run.json, no run_config.yaml, no
-  sweep record) is refused with one line naming it. We refuse rather than write beside the user's
-  files: Hydra itself rewrites `.hydra/` and the log in its run dir, and a run adds checkpoints/,
-  run.json and more; none of that belongs in a folder of someone's work.
-- A run dir held by a live run (the run-dir lock), or one that holds a FINISHED run or an unfinished
-  one with checkpoints (without resume), is refused before Hydra rewrites its `.hydra/` and log:
-  the refused process writes nothing there.
-- A pre-flight error (a UserError before the MLflow run exists) removes what this attempt created,
-  then ends the process with the error's one line (before Hydra adds a line of its own),
-  judged by a listing taken before Hydra made anything: a dir it created goes whole (and any parent
-  folders it created, if empty); in a dir that existed, only the new entries other than the log go.
-  Anything that was there before is left alone, whatever it is.
-
-`make clean` is deepen_run/run/clean.py (the standard library only: it runs without the virtualenv).
+`RunDirGuard`, a Hydra callback (conf/config.yaml), refuses a folder holding files we did not make, a
+dir held by a live run and another run's dir before Hydra rewrites its `.hydra/` and log, and after a
+pre-flight error removes what this attempt created (judged by a listing taken before Hydra made
+anything). run.json, the run's record, is run/runfile.py's; `make clean` is run/clean.py (the standard
+library only).
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import io
 import os
 import sys
@@ -128,8 +117,6 @@ class RunDirGuard(Callback):
         """Hold the run dir itself (a flock on the folder, apart from the run's .lock, which the runner
         takes later) from these checks until the process ends: of two runs started at the same instant
         on one dir, the second is refused here, before Hydra writes its .hydra/ and log line there."""
-        import fcntl
-
         try:
             folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)

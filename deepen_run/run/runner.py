@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from deepen_run.run import runfile
 from deepen_run.model import steps as backbone_steps
 from deepen_run.errors import UserError
+from deepen_run.run.progress import quiet_libraries
 from deepen_run.run.names import SCORE_TAG, model_name, model_tags, run_name, tags_for
 from deepen_run.run.fast import make_accelerator
 from deepen_run.run.lifecycle import reap_orphans
@@ -49,9 +50,6 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
     phase("store")
     set_seed(cfg.seed)
     method = METHODS[cfg.method.name]
-
-    from deepen_run.run.progress import quiet_libraries
-
     quiet_libraries()  # before the weights load: transformers' bar off a terminal
     check(accelerator)
     backbone, loaded, added = backbone_steps.load(cfg, compute)  # steps before any method builds: all see them

@@ -1,12 +1,8 @@
-"""Stopping by agreement: a signal handler only records the signal; the run stops where it chooses.
-
-SIGINT (Ctrl-C), SIGTERM (kill, SLURM pre-emption), SIGHUP (a closed terminal) and SIGUSR1/SIGUSR2
-(what schedulers send before a time limit, e.g. sbatch --signal=USR1@120) are recorded by `StopFlag`
-and nothing else happens in the handler: no code is interrupted, so no MLflow write, import or
-library call is ever cut in half. The run calls `check()` where stopping is clean (the end of each
-optimizer step, between evaluation batches, between tasks while loading, around publishing), which
-raises `Stopped` there. A second signal of the same kind restores the default disposition and
-re-raises it: the process ends at once (the orphan reaper later closes its run KILLED).
+"""Stopping by agreement (docs/reliability.md, Statuses and signals): `StopFlag`'s handler only
+records SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2, so no MLflow write, import or library call is ever
+cut in half; the run calls `check()` where stopping is clean, which raises `Stopped` there. A second
+signal of the same kind restores the default disposition and re-raises it: the process ends at once
+(the orphan reaper later closes its run KILLED).
 """
 from __future__ import annotations
 

@@ -50,13 +50,13 @@ def from_environment(tracker) -> Optional[str]:
     return f"  tracking      from {', '.join(chosen)}" if chosen else None
 
 
-def text(tracker, home: Optional[Path], status: str) -> str:
+def text(tracker, home: Optional[Path]) -> str:
     run = tracker.client.get_run(tracker.run_id)
     metrics = run.data.metrics
     evals = {k: v for k, v in sorted(metrics.items()) if k.startswith("eval/") and k != "eval/score"}
-    ui.apply(tracker.client, tracker.experiment_id, list(metrics), run.data.tags.get("mlflow.parentRunId"))
+    ui.apply(tracker.client, tracker.experiment_id, expand=run.data.tags.get("mlflow.parentRunId"))
     base, how = ui_hint(tracker.uri)
-    lines = [f"run {run.info.run_name}  {status}  (id {tracker.run_id}, experiment {tracker.experiment})"]
+    lines = [f"run {run.info.run_name}  FINISHED  (id {tracker.run_id}, experiment {tracker.experiment})"]
     if (env := from_environment(tracker)) is not None:
         lines.append(env)
     if "eval/score" in metrics:
@@ -79,11 +79,11 @@ def text(tracker, home: Optional[Path], status: str) -> str:
     return "\n".join(lines)
 
 
-def show(tracker, home: Optional[Path], status: str) -> None:
-    """Print the summary; never fails the run that has just been recorded."""
+def show(tracker, home: Optional[Path]) -> None:
+    """Print a FINISHED run's summary; never fails the run that has just been recorded."""
     if not tracker.enabled or not tracker.run_id:
         return
     try:
-        print("\n" + text(tracker, home, status), flush=True)
+        print("\n" + text(tracker, home), flush=True)
     except Exception as e:  # noqa: BLE001 (a store hiccup here must not turn a FINISHED run into an error)
-        print(f"run {tracker.run_id} {status} (summary unavailable: {type(e).__name__})", flush=True)
+        print(f"run {tracker.run_id} FINISHED (summary unavailable: {type(e).__name__})", flush=True)

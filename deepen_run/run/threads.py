@@ -1,20 +1,7 @@
-"""How many threads a run computes on, and how they wait: chosen once, from the CPUs the process may use.
-
-torch's default is one intra-op thread per core it sees, and its OpenMP threads (libgomp) spin for a
-while after each parallel region before they sleep. Beside another CPU-heavy process that is the
-wrong bet twice: a thread that spins takes the core the other process (or this run's own next
-thread) needs, and a count taken from the machine's cores ignores a container's CPU quota and a
-`taskset`. So a run
-
-- sets its intra-op threads to the CPUs it may use: OMP_NUM_THREADS where the user set it, else the
-  smaller of its CPU affinity and its cgroup's CPU quota, shared among the processes of one node
-  (LOCAL_WORLD_SIZE under accelerate launch / torchrun);
-- asks OpenMP to wait passively (OMP_WAIT_POLICY=PASSIVE: a waiting thread sleeps) unless the user set
-  a policy. libgomp reads it when torch loads it, so the entry point calls quiet_waits() before it
-  imports torch (deepen_run/cli/run.py); the choice is recorded as it took effect.
-
-Both go to the run's params (train/threads, train/threads_reason), as the precision choice does.
-"""
+"""How many threads a run computes on, and how they wait (docs/performance.md, section Threads): the
+CPUs the process may use (OMP_NUM_THREADS, else the smaller of its affinity and its cgroup's quota,
+shared by the processes of one node), OpenMP waiting passively unless the user chose a policy. A
+spinning thread takes the core another process, or this run's next thread, needs. Recorded as params."""
 from __future__ import annotations
 
 import math

@@ -1,14 +1,9 @@
-"""The training recipe, top to bottom, in two parts (as torchtune's recipes: setup, then train):
-
-  setup  tokenizer and data, loaders, the task sampler, optimizer and schedule, Accelerate's device
-         placement, a resumed checkpoint, into the run's state (run/context.py RunState)
-  fit    the loop: single-task batches drawn by the schedule, one train_step each (its micro-batches),
-         evaluation at eval_every / once an epoch / at the end; then final_record: the record, the
-         test-set submission, the method's after_train hook. The counters around the steps (loss
-         logged at log_every, progress, checkpoints at save_every) are run/bookkeeping.py's.
-
-No trainer class and no callbacks: the loop is in fit. The method has already decided what trains
-(requires_grad); the loop never asks which method it runs.
+"""The training recipe, top to bottom, in two parts (as torchtune's recipes): setup fills the run's
+state (run/context.py RunState) with data, loaders, the task sampler, optimizer, schedule, Accelerate's
+placement and a resumed checkpoint; fit is the loop (single-task batches drawn by the schedule, one
+train_step each, evaluation at eval_every / once an epoch / at the end), then final_record. The
+counters around the steps are run/bookkeeping.py's. No trainer class and no callbacks; the method has
+already decided what trains (requires_grad), and the loop never asks which method it runs.
 """
 from __future__ import annotations
 
@@ -24,14 +19,13 @@ from deepen_run.data import loaders as gd
 from deepen_run.model import steps as backbone_steps
 from deepen_run.run import submission
 from deepen_run.run.context import RunState
-from deepen_run.run.early_stop import EarlyStop
 from deepen_run.errors import NonFiniteLoss
-from deepen_run.tracking.store import TrackingLost
 from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
-from deepen_run.run.fast import run_params, use_dropout_masks, use_unpad
-from deepen_run.run.bookkeeping import Bookkeeping, log_run_records
-from deepen_run.run.optim import optimizer_for, scheduler_for
-from deepen_run.run.stop import Stopped, check
+from deepen_run.run.fast import use_dropout_masks, use_unpad
+from deepen_run.run.bookkeeping import Bookkeeping, EarlyStop, log_run_records
+from deepen_run.run.optim import optimizer_for, optimizer_impl, scheduler_for
+from deepen_run.run.threads import set_threads
+from deepen_run.run.stop import check
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
 from deepen_run.run.predict import batch_inputs
@@ -72,8 +66,9 @@ def setup(r: RunState) -> RunState:
     swapped = use_dropout_masks(r.model, r.compute)  # after the method's hooks: its own dropouts too
     unpadded = use_unpad(r.model, r.compute)
     optimizer = optimizer_for(r.model, tcfg, accelerator.device.type, r.new_params)
-    r.tracker.log_params(run_params(r.compute, tcfg, accelerator.device.type) | unpadded |
-                         {"train/dropout_masks_in": ",".join(swapped) or "-"})
+    kernel = optimizer_impl(tcfg.get("optimizer_impl", "auto"), accelerator.device.type)
+    r.tracker.log_params(set_threads() | r.compute.params() | unpadded |  # the threads, compute choices and why
+                         {"train/optimizer_impl": kernel, "train/dropout_masks_in": ",".join(swapped) or "-"})
     scheduler = scheduler_for(optimizer, tcfg, r.total)
     r.model, r.optimizer, r.scheduler = accelerator.prepare(r.model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
@@ -90,12 +85,11 @@ def fit(r: RunState) -> dict:
     t0, gas = time.time(), r.cfg.train.gradient_accumulation_steps
     batches = {t: forever(s) for t, s in r.streams.items()}
     r.model.train()
-    stopper = EarlyStop(r.cfg.train, r.saver)  # train.early_stopping_patience (deepen_run/run/early_stop.py)
+    stopper = EarlyStop(r.cfg.train, r.saver)  # train.early_stopping_patience
     if stopper.stopped_at:  # resumed after it had stopped early: only the tail is left
         r.total = stopper.stopped_at
     book, last = Bookkeeping(r), None
-    try:
-        # a stop asked during a step acts at its end (Checkpointer.on_step): saved, consistent
+    try:  # a stop (Stopped) or a lost store ends the run through RunRecord, which saves the last step
         if r.start and book.evaluates_at(r.start) and r.saver.evaluated != r.start:
             # Resumed from a checkpoint saved before its step's evaluation (the signal that stopped
             # the run came during that step, or a kill during the evaluation): make it now.
@@ -114,9 +108,6 @@ def fit(r: RunState) -> dict:
         # A signal after the last step's check (the final evaluation's logging, the bar): stopped here, saved.
         check(r.accelerator)
         return final_record(r, last, t0)
-    except (Stopped, TrackingLost):  # a signal, or the store gone: keep what resume=auto needs
-        r.saver.on_interrupt()
-        raise
     finally:
         book.join()
 

@@ -26,7 +26,8 @@ from deepen_run.data import loaders as gd
 from deepen_run.model import steps as backbone_steps
 from deepen_run.data import metrics as glue_metrics
 from deepen_run.precision import resolve, resolve_precision
-from deepen_run.run.fast import enable_tf32, make_accelerator, optimizer_impl
+from deepen_run.run.fast import enable_tf32, make_accelerator
+from deepen_run.run.optim import optimizer_impl
 from deepen_run.run.checkpoint import Checkpointer
 from deepen_run.run.context import RunState
 from deepen_run.methods import METHODS
