@@ -54,7 +54,7 @@ def text(tracker, home: Optional[Path], status: str) -> str:
     run = tracker.client.get_run(tracker.run_id)
     metrics = run.data.metrics
     evals = {k: v for k, v in sorted(metrics.items()) if k.startswith("eval/") and k != "eval/score"}
-    ui.apply(tracker.client, tracker.experiment_id, list(metrics), run.data.tags.get("mlflow.parentRunId"))
+    ui.apply(tracker.client, tracker.experiment_id, run.data.tags.get("mlflow.parentRunId"))
     base, how = ui_hint(tracker.uri)
     lines = [f"run {run.info.run_name}  {status}  (id {tracker.run_id}, experiment {tracker.experiment})"]
     if (env := from_environment(tracker)) is not None:

@@ -1,9 +1,8 @@
 """A sweep checks every job's config before it launches any.
 
 Hydra composes a job's config only when that job starts, so one bad value in `train.batch_size=8,16,abc`
-would surface in job 3, after jobs 1 and 2 ran. Here the launching process enumerates the jobs as
-Hydra's BasicSweeper does (the product of the overrides, read by Hydra's parser), composes each and
-runs the pre-flight: the first bad job is named in one line (exit 2) before the parent run exists.
+would surface in job 3, after jobs 1 and 2 ran. Here the launching process enumerates the jobs with
+Hydra's BasicSweeper's own split, composes each and runs the pre-flight: the first bad job is named in one line (exit 2) before the parent run exists.
 The data checks parse every TSV row, so they run once per distinct set of inputs. An Optuna sweep
 draws its values as it goes and is not checked: with the searched keys at their defaults, a check
 that ties a fixed key to a searched one would refuse a valid search.
@@ -11,7 +10,6 @@ that ties a fixed key to a searched one would refuse a valid search.
 from __future__ import annotations
 
 import copy
-import itertools
 from typing import Optional
 
 from hydra import compose
@@ -25,25 +23,18 @@ from deepen_run.util import one_line
 
 
 def job_overrides(config) -> Optional[list[list[str]]]:
-    """Each job's overrides, in launch order, or None when the sweeper is not Hydra's basic one."""
-    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-    if not sweeper.endswith("BasicSweeper"):
+    """Each job's overrides, in launch order, as Hydra's BasicSweeper splits them (its own function),
+    or None for another sweeper."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    if not str(OmegaConf.select(config, "hydra.sweeper._target_", default="")).endswith("BasicSweeper"):
         return None
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     args = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in config.hydra.overrides.task]
-    axes: dict[str, list[str]] = {}  # a later override of a key replaces an earlier one, as in Hydra
     try:
-        for o in OverridesParser.create().parse_overrides(args):
-            key = o.get_key_element()
-            if o.is_sweep_override():
-                if not o.is_discrete_sweep():
-                    return None  # interval(...): only a sampling sweeper can run it
-                axes[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
-            else:
-                axes[key] = [f"{key}={o.get_value_element_as_str()}"]
-    except Exception:  # noqa: BLE001 (glob() needs Hydra's config loader: the jobs say it themselves)
+        return BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)[0]
+    except Exception:  # noqa: BLE001 (interval(...): for a sampling sweeper; glob(): needs Hydra's config loader)
         return None
-    return [list(job) for job in itertools.product(*axes.values())]
 
 
 def composer(config_name: str):

@@ -55,11 +55,9 @@ def _swept_before(before: list[str]) -> list[str]:
     return rest
 
 
-def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | None = None,
-          swept: list[str] = ()) -> None:
+def apply(client, experiment_id: str, expand: str | None = None, swept: list[str] = ()) -> None:
     """Mark the experiment classic ML, set its default columns, unfold `expand` (a sweep's parent
-    run), put `swept` (a starting sweep's tag columns) right after the score. eval_keys: unused (the
-    metrics stay one click away, under Columns)."""
+    run), put `swept` (a starting sweep's tag columns) right after the score."""
     exp = client.get_experiment(experiment_id)
     if exp.tags.get(KIND[0]) != KIND[1]:
         client.set_experiment_tag(experiment_id, *KIND)
