@@ -84,9 +84,7 @@ def check_jobs(config) -> None:
         try:
             cfg = compose(job)
             numbers(cfg)
-            inputs = plain_config(cfg)
-            for key in ("seed", "train", "schedule", "tracking"):
-                inputs.pop(key, None)
+            inputs = {k: v for k, v in plain_config(cfg).items() if k not in ("seed", "train", "schedule", "tracking")}
             key = OmegaConf.to_yaml(OmegaConf.create(inputs))
             if key not in seen:
                 check(cfg)
@@ -95,9 +93,7 @@ def check_jobs(config) -> None:
             raise UserError(f"{which}: {_one_line(e)}; nothing was launched") from None
         except Exception as e:  # noqa: BLE001 (Hydra/OmegaConf composition errors: wrong type, unknown key)
             methods = {o for j in jobs for o in j if o.lstrip("+~").startswith("method=")}
-            better = typo(str(e), job, methods_swept=len(methods) > 1)
-            if better is not None:
-                raise UserError(f"{which}: {better}; nothing was launched") from None
-            said = composition_line(e, job) if isinstance(e, (HydraException, OmegaConfBaseException)) else \
-                f"{type(e).__name__}: {_one_line(e)}"
+            said = typo(str(e), job, methods_swept=len(methods) > 1) or (
+                composition_line(e, job) if isinstance(e, (HydraException, OmegaConfBaseException)) else
+                f"{type(e).__name__}: {_one_line(e)}")
             raise UserError(f"{which}: {said}; nothing was launched") from None

@@ -98,35 +98,21 @@ class Launch:
               flush=True)
 
     def close(self, interrupted: bool) -> int:
-        """End the parent run; returns the number of jobs that did not finish."""
+        """End the parent run with its counts, why and status; returns the number of jobs that did not
+        finish."""
         if self.closed:
             return 0
         self.closed = True
         self.stop.set()
         self.watcher.join()
+        tracker, why = self.tracker, signal.Signals(self.signum).name if self.signum else "the launcher exited early"
         if interrupted:  # jobs whose process died before ending their run
-            reap_orphans(self.tracker, f"tags.sweep_id = '{self.info['sweep_id']}'", wait_s=60, note=orphan_note)
-        status, c = self._end_parent(interrupted)
-        if interrupted:
-            saved = c.with_checkpoint()
-            print(f"deepen-run: sweep stopped by {self._why()}; its parent and {c.killed} unfinished job(s) are KILLED "
-                  f"({saved} with a checkpoint), {c.pending} not started; continue the sweep with the same command "
-                  f"plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
-        # The final note, figure and table on the parent; the table and the UI links printed last.
-        sweep_summary.finish(self.info, self.tracker, status, show_table=bool(c.finished) and not interrupted)
-        return c.n - c.finished
-
-    def _why(self):
-        return signal.Signals(self.signum).name if self.signum is not None else "the launcher exited early"
-
-    def _end_parent(self, interrupted: bool):
-        """The counts, the why and the status on the parent, which is ended. -> (status, counts)"""
-        tracker = self.tracker
+            reap_orphans(tracker, f"tags.sweep_id = '{self.info['sweep_id']}'", wait_s=60, note=orphan_note)
         c = self.counts.update(ended=True)
         c.log()
         status = "FINISHED" if c.finished == c.n and c.n > 0 else "KILLED" if interrupted else "FAILED"
         if interrupted:
-            tracker.set_tags({"interrupted": f"{self._why()}: {c.finished} of {c.n} jobs finished, {c.killed} killed, "
+            tracker.set_tags({"interrupted": f"{why}: {c.finished} of {c.n} jobs finished, {c.killed} killed, "
                                              f"{c.pending} not started"})
         elif c.finished < c.n:
             tracker.set_tags({"sweep_failed": f"{c.n - c.finished} of {c.n} jobs failed: " + c.which()})
@@ -136,7 +122,13 @@ class Launch:
         tracker.end(status)
         print(f"[sweep {self.info['sweep_id']}] {c.line()}; parent run {self.info['parent_run_id']} {status}",
               flush=True)
-        return status, c
+        if interrupted:
+            print(f"deepen-run: sweep stopped by {why}; its parent and {c.killed} unfinished job(s) are KILLED "
+                  f"({c.with_checkpoint()} with a checkpoint), {c.pending} not started; continue the sweep with "
+                  f"the same command plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
+        # The final note, figure and table on the parent; the table and the UI links printed last.
+        sweep_summary.finish(self.info, tracker, status, show_table=bool(c.finished) and not interrupted)
+        return c.n - c.finished
 
 
 def scrubbed_yaml(path: Path) -> str:

@@ -13,7 +13,7 @@ import sys
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from deepen_run.masking import mask_override
 from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
@@ -93,12 +93,12 @@ class Counts:
         """Of the killed jobs, how many left a checkpoint to continue from (the rest start again)."""
         from deepen_run.run.checkpoint import latest
 
-        homes = {k: Path(s.get("home") or self.dir / str(k)) for k, s in read_jobs(self.dir, ".start.json").items()}
+        starts = read_jobs(self.dir, ".start.json")
         killed = [k for k, o in self.outcomes.items() if o["status"] == "KILLED"] + sorted(self.unended)
-        return sum(latest(homes.get(k, self.dir / str(k))) is not None for k in killed)
+        return sum(latest(Path(starts.get(k, {}).get("home") or self.dir / str(k))) is not None for k in killed)
 
 
-def watch(counts: Counts, stop: threading.Event, on_end=None) -> None:
+def watch(counts: Counts, stop: threading.Event, on_end: Callable[[], object]) -> None:
     """Print '[job k/N] ...' when a job starts and when it ends, whichever process ran it; the parent's
     counts, then on_end() (the run note), follow each end. A job in this process (the basic launcher)
     prints its own start line: polled, it would come after the job's first lines."""
@@ -127,8 +127,7 @@ def watch(counts: Counts, stop: threading.Event, on_end=None) -> None:
         if ended and not done:  # at the end, Launch.close writes both itself
             try:
                 counts.update().log()
-                if on_end is not None:
-                    on_end()
+                on_end()
             except Exception as e:  # noqa: BLE001 (the store may be what failed; the note is a view: the sweep goes on)
                 print(f"deepen-run: warning: the sweep's counts or run note were not updated: {first_line(e)}",
                       file=sys.stderr)

@@ -218,10 +218,7 @@ def start(info: dict, tracker) -> None:
     try:
         swept_columns = [f"tags.`{k}`" for k in swept(info["params"])]
         ui.apply(tracker.client, tracker.experiment_id, info["parent_run_id"], swept_columns)
-        if info.get("attempt", 1) > 1:
-            update(info, tracker)  # a resumed sweep: the earlier attempts' children at once
-        else:
-            tracker.set_tags({NOTE: note(info, [], None, "running")})
+        update(info, tracker)
     except Exception as e:  # noqa: BLE001
         print(f"deepen-run: warning: the sweep's run note was not set: {first_line(e)}", file=sys.stderr)
 

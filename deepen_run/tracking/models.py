@@ -37,11 +37,9 @@ def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], 
     eval/* values to it and mark it READY. -> the model id. datasets: eval name (sst2, mnli-m) ->
     (dataset name, digest) of the dev set its eval/<name>/* metrics were measured on."""
     client: MlflowClient = tracker.client
-    model = None
+    model = client.create_logged_model(tracker.experiment_id, name=name, source_run_id=tracker.run_id, tags=tags,
+                                       params={k: str(v)[:6000] for k, v in params.items()}, model_type=MODEL_TYPE)
     try:
-        model = client.create_logged_model(tracker.experiment_id, name=name, source_run_id=tracker.run_id,
-                                           tags=tags, params={k: str(v)[:6000] for k, v in params.items()},
-                                           model_type=MODEL_TYPE)
         where = local_dir(model.artifact_location)
         if where is not None:
             where.mkdir(parents=True, exist_ok=True)
@@ -54,9 +52,8 @@ def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], 
         client.log_outputs(tracker.run_id, [LoggedModelOutput(model.model_id, step)])
         client.set_tag(tracker.run_id, MODEL_TAG, model.model_id)
         client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
-    except BaseException:
-        if model is not None:
-            client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
+    except BaseException:  # a model that never became READY says so (not PENDING for ever)
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
         raise
     return model.model_id
 

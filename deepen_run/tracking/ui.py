@@ -107,33 +107,29 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     proc = subprocess.Popen(cmd, start_new_session=True, env=env)
     # Ctrl-C and SIGTERM are only recorded (the handler raises nothing); the waits below look at them.
     asked: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: asked.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while proc.poll() is None and not asked:
-            try:
-                if urllib.request.urlopen(f"{base}/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                time.sleep(0.5)
-        if asked:
-            return stop(proc)
-        if proc.poll() is not None:
-            return proc.returncode or 1  # it exited before it answered: not a success
-        client = MlflowClient(store)
-        print(f"\nMLflow UI is up: {shown}  (Ctrl-C stops it; {base} works too, with MLflow's Assistant panel)")
-        for name in experiments:
-            exp = client.get_experiment_by_name(name)
-            if exp is not None:  # experiments made before these settings existed get them now
-                apply(client, exp.experiment_id)
-                print(f"  {name}: {table_url(shown, exp.experiment_id)}")
-        sys.stdout.flush()
-        while proc.poll() is None and not asked:
-            time.sleep(0.2)
-        return stop(proc) if asked else proc.returncode
-    finally:
-        for sig, before in previous.items():
-            signal.signal(sig, before)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: asked.append(signum))
+    while proc.poll() is None and not asked:
+        try:
+            if urllib.request.urlopen(f"{base}/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+    if asked:
+        return stop(proc)
+    if proc.poll() is not None:
+        return proc.returncode or 1  # it exited before it answered: not a success
+    client = MlflowClient(store)
+    print(f"\nMLflow UI is up: {shown}  (Ctrl-C stops it; {base} works too, with MLflow's Assistant panel)")
+    for name in experiments:
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:  # experiments made before these settings existed get them now
+            apply(client, exp.experiment_id)
+            print(f"  {name}: {table_url(shown, exp.experiment_id)}")
+    sys.stdout.flush()
+    while proc.poll() is None and not asked:
+        time.sleep(0.2)
+    return stop(proc) if asked else proc.returncode
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> int:
