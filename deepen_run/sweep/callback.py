@@ -47,9 +47,8 @@ class SweepCallback(Callback):
         except UserError as e:  # every job's config, the store, the sweep's identity: before anything runs
             fail_with(e)
 
-    def on_multirun_end(self, config, **kwargs) -> None:
-        if getattr(self, "launch", None) is not None:
-            self.launch.end()
+    def on_multirun_end(self, config, **kwargs) -> None:  # in the launching process, after on_multirun_start
+        self.launch.end()
 
 
 def open_sweep(config):

@@ -69,8 +69,6 @@ def _one_line(e: BaseException) -> str:
 
 
 def check_jobs(config) -> None:
-    """Compose and pre-flight every job (when they can be enumerated); raise UserError naming the
-    first bad one."""
     jobs = job_overrides(config)
     if jobs is None:
         return

@@ -98,8 +98,7 @@ class Launch:
               flush=True)
 
     def close(self, interrupted: bool) -> int:
-        """End the parent run with its counts, why and status; returns the number of jobs that did not
-        finish."""
+        """End the parent run with its counts, why and status -> the number of jobs that did not finish."""
         if self.closed:
             return 0
         self.closed = True

@@ -39,7 +39,7 @@ def _is_sweep(key: str, value: str) -> bool:
 
 
 def swept(params: dict[str, str]) -> dict[str, str]:
-    """The swept keys of a sweep (deepen_run.sweep.callback.sweep_params) and their values as given."""
+    """The swept keys of a sweep (callback.sweep_params) and their values as given."""
     return {k: v for k, v in params.items() if not k.startswith("sweep.") and _is_sweep(k, str(v))}
 
 
@@ -198,8 +198,7 @@ def parent_tags(children: list[dict], swept_keys: list[str], n_jobs=None) -> dic
 
 
 def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
-    """Rebuild the note, the parent's row and the figure from the store; returns the report table
-    (None without rows)."""
+    """Rebuild the note, the parent's row and the figure from the store -> the report table, if any."""
     from deepen_run.report import main as report
 
     children = current_children(info)
@@ -224,8 +223,7 @@ def start(info: dict, tracker) -> None:
 
 
 def finish(info: dict, tracker, status: str, show_table: bool) -> None:
-    """At the sweep's end (its parent closed, the job watcher stopped): the final note, figure and
-    table, then the links."""
+    """At the sweep's end (its parent closed, the job watcher stopped); the links print last."""
     from deepen_run.report import main as report
 
     try:

@@ -40,12 +40,6 @@ LAST = ("tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`duplicate_laye
         "tags.`seed`", "tags.`dry_run`")
 
 
-def columns(before: list[str] | None = None, swept: list[str] = ()) -> list[str]:
-    """The score tag, then the latest sweep's swept keys (tag columns), then what tells runs apart."""
-    swept = [c for c in (list(swept) or _swept_before(list(before or []))) if c not in FIRST]
-    return [*FIRST, *swept, *(c for c in LAST if c not in swept)]
-
-
 def _swept_before(before: list[str]) -> list[str]:
     """The tag columns a sweep put after FIRST: up to the first metric, or to the LAST columns."""
     rest = before[len(FIRST):] if before[:len(FIRST)] == list(FIRST) else []
@@ -56,8 +50,9 @@ def _swept_before(before: list[str]) -> list[str]:
 
 
 def apply(client, experiment_id: str, expand: str | None = None, swept: list[str] = ()) -> None:
-    """Mark the experiment classic ML, set its default columns, unfold `expand` (a sweep's parent
-    run), put `swept` (a starting sweep's tag columns) right after the score."""
+    """Mark the experiment classic ML, unfold `expand` (a sweep's parent run) and set its default
+    columns: the score tag, then the swept keys (`swept`, a starting sweep's tag columns, else the
+    latest sweep's), then what tells runs apart."""
     exp = client.get_experiment(experiment_id)
     if exp.tags.get(KIND[0]) != KIND[1]:
         client.set_experiment_tag(experiment_id, *KIND)
@@ -66,7 +61,8 @@ def apply(client, experiment_id: str, expand: str | None = None, swept: list[str
     except ValueError:
         old = {}
     expanded = dict(old.get("runsExpanded", {})) | ({expand: True} if expand else {})
-    state = {"selectedColumns": columns(old.get("selectedColumns", []), list(swept)),
+    swept = [c for c in (list(swept) or _swept_before(old.get("selectedColumns", []))) if c not in FIRST]
+    state = {"selectedColumns": [*FIRST, *swept, *(c for c in LAST if c not in swept)],
              "orderByKey": "attributes.start_time", "orderByAsc": False, "runsExpanded": expanded}
     if state != old:
         client.set_experiment_tag(experiment_id, VIEW_TAG, json.dumps(state))
