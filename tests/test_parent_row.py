@@ -1,4 +1,4 @@
-"""A sweep's parent row, collapsed in the runs table, shows the sweep (deepen_run/sweep/parent_row.py):
+"""A sweep's parent row, collapsed in the runs table, shows the sweep (deepen_run/sweep/summary.py parent_tags):
 the best child's score and how many runs it is of in `score`, the children's values in the other
 default columns; deepen-report still leaves the parent out. A real MLflow store, read back with its
 client."""

@@ -79,7 +79,7 @@ def test_the_parent_answers_the_sweep(arm_sweep, capsys):
     exp = client.get_experiment(parent.info.experiment_id)
     assert json.loads(exp.tags[ui.VIEW_TAG])["selectedColumns"][:3] == \
         ["tags.`score`", "tags.`arm`", "tags.`seed`"]
-    # The parent's own row, collapsed, reads as the sweep (sweep/parent_row.py), not "-" in every cell.
+    # The parent's own row, collapsed, reads as the sweep (sweep/summary.py parent_tags), not "-" in every cell.
     best = max(float(c.data.tags["score"]) for c in children)
     assert parent.data.tags["score"] == f"best {best:.4f} (6 of 6 runs)"
     assert (parent.data.tags["arm"], parent.data.tags["seed"]) == ("baseline,hire_g1,hire_g2", "1,2")
@@ -99,8 +99,7 @@ def test_the_note_follows_the_children_as_they_finish(mlflow_uri, tmp_path):
     """The launching process's job watcher rebuilds the note when a job's outcome file appears."""
     import threading
 
-    from deepen_run.sweep.outcomes import Counts
-    from deepen_run.sweep.outcomes import watch
+    from deepen_run.sweep.outcomes import Counts, watch
 
     params = {"method.gru_layers": "1,2", "seed": "1,2", "sweep.overrides": "method.gru_layers=1,2 seed=1,2"}
     tracker = Tracker(mlflow_uri, "deepen-run")
@@ -110,7 +109,7 @@ def test_the_note_follows_the_children_as_they_finish(mlflow_uri, tmp_path):
     (tmp_path / "deepen_jobs").mkdir()
     sweep_summary.start(info, tracker)
     stop = threading.Event()
-    watcher = threading.Thread(target=watch, args=(tmp_path, 4, stop, Counts(4, tracker),
+    watcher = threading.Thread(target=watch, args=(Counts(tmp_path, 4, tracker), stop,
                                                    lambda: sweep_summary.update(info, tracker)), daemon=True)
     watcher.start()
     try:

@@ -30,10 +30,8 @@ def sweep_params(config) -> dict[str, str]:
     Secrets masked: the params, the run note's command and deepen_sweep.json all come from here."""
     task = [mask_override(str(o)) for o in config.hydra.overrides.task]
     space = [mask_override(f"{k}={v}") for k, v in (OmegaConf.select(config, "hydra.sweeper.params") or {}).items()]
-    out = {}
-    for o in space + task:  # the command line's value of a key wins over the preset's, as in Hydra
-        key, _, value = o.partition("=")
-        out[key.lstrip("+~")] = value
+    # the command line's value of a key wins over the preset's, as in Hydra
+    out = {key.lstrip("+~"): value for key, _, value in (o.partition("=") for o in space + task)}
     out["sweep.overrides"] = shlex.join(task)  # quoted as a shell takes them: the note's command pastes
     out["sweep.hydra_overrides"] = shlex.join(mask_override(str(o)) for o in config.hydra.overrides.hydra)
     return out
@@ -49,9 +47,8 @@ class SweepCallback(Callback):
         except UserError as e:  # every job's config, the store, the sweep's identity: before anything runs
             fail_with(e)
 
-    def on_multirun_end(self, config, **kwargs) -> None:
-        if getattr(self, "launch", None) is not None:
-            self.launch.end()
+    def on_multirun_end(self, config, **kwargs) -> None:  # in the launching process, after on_multirun_start
+        self.launch.end()
 
 
 def open_sweep(config):
@@ -67,7 +64,6 @@ def open_sweep(config):
     mask_logs()  # Hydra's launcher logs each job's overrides
     sweep_dir = Path(str(config.hydra.sweep.dir)).resolve()
     params, jobs = sweep_params(config), jobs_of(config)
-    jobs = [[mask_override(o) for o in job] for job in jobs] if jobs is not None else None  # as written to deepen_sweep.json
     old = previous(sweep_dir)  # a sweep dir holds one sweep: continued with resume=auto, else refused
     lock = None
     if old is not None:

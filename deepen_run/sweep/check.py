@@ -1,9 +1,8 @@
 """A sweep checks every job's config before it launches any.
 
 Hydra composes a job's config only when that job starts, so one bad value in `train.batch_size=8,16,abc`
-would surface in job 3, after jobs 1 and 2 ran. Here the launching process enumerates the jobs as
-Hydra's BasicSweeper does (the product of the overrides, read by Hydra's parser), composes each and
-runs the pre-flight: the first bad job is named in one line (exit 2) before the parent run exists.
+would surface in job 3, after jobs 1 and 2 ran. Here the launching process enumerates the jobs with
+Hydra's BasicSweeper's own split, composes each and runs the pre-flight: the first bad job is named in one line (exit 2) before the parent run exists.
 The data checks parse every TSV row, so they run once per distinct set of inputs. An Optuna sweep
 draws its values as it goes and is not checked: with the searched keys at their defaults, a check
 that ties a fixed key to a searched one would refuse a valid search.
@@ -11,7 +10,6 @@ that ties a fixed key to a searched one would refuse a valid search.
 from __future__ import annotations
 
 import copy
-import itertools
 from typing import Optional
 
 from hydra import compose
@@ -25,25 +23,18 @@ from deepen_run.util import one_line
 
 
 def job_overrides(config) -> Optional[list[list[str]]]:
-    """Each job's overrides, in launch order, or None when the sweeper is not Hydra's basic one."""
-    sweeper = str(OmegaConf.select(config, "hydra.sweeper._target_", default=""))
-    if not sweeper.endswith("BasicSweeper"):
+    """Each job's overrides, in launch order, as Hydra's BasicSweeper splits them (its own function),
+    or None for another sweeper."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    if not str(OmegaConf.select(config, "hydra.sweeper._target_", default="")).endswith("BasicSweeper"):
         return None
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     args = [f"{k}={v}" for k, v in params.items()] + [str(o) for o in config.hydra.overrides.task]
-    axes: dict[str, list[str]] = {}  # a later override of a key replaces an earlier one, as in Hydra
     try:
-        for o in OverridesParser.create().parse_overrides(args):
-            key = o.get_key_element()
-            if o.is_sweep_override():
-                if not o.is_discrete_sweep():
-                    return None  # interval(...): only a sampling sweeper can run it
-                axes[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
-            else:
-                axes[key] = [f"{key}={o.get_value_element_as_str()}"]
-    except Exception:  # noqa: BLE001 (glob() needs Hydra's config loader: the jobs say it themselves)
+        return BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)[0]
+    except Exception:  # noqa: BLE001 (interval(...): for a sampling sweeper; glob(): needs Hydra's config loader)
         return None
-    return [list(job) for job in itertools.product(*axes.values())]
 
 
 def composer(config_name: str):
@@ -94,8 +85,6 @@ def check_signal_time(config) -> None:
 
 
 def check_jobs(config) -> None:
-    """Compose and pre-flight every job (when they can be enumerated); raise UserError naming the
-    first bad one."""
     check_signal_time(config)
     jobs = job_overrides(config)
     if jobs is None:
@@ -110,9 +99,7 @@ def check_jobs(config) -> None:
         try:
             cfg = compose(job)
             numbers(cfg)
-            inputs = plain_config(cfg)
-            for key in ("seed", "train", "schedule", "tracking"):
-                inputs.pop(key, None)
+            inputs = {k: v for k, v in plain_config(cfg).items() if k not in ("seed", "train", "schedule", "tracking")}
             key = OmegaConf.to_yaml(OmegaConf.create(inputs))
             if key not in seen:
                 check(cfg)
@@ -121,9 +108,7 @@ def check_jobs(config) -> None:
             raise UserError(f"{which}: {_one_line(e)}; nothing was launched") from None
         except Exception as e:  # noqa: BLE001 (Hydra/OmegaConf composition errors: wrong type, unknown key)
             methods = {o for j in jobs for o in j if o.lstrip("+~").startswith("method=")}
-            better = typo(str(e), job, methods_swept=len(methods) > 1)
-            if better is not None:
-                raise UserError(f"{which}: {better}; nothing was launched") from None
-            said = composition_line(e, job) if isinstance(e, (HydraException, OmegaConfBaseException)) else \
-                f"{type(e).__name__}: {_one_line(e)}"
+            said = typo(str(e), job, methods_swept=len(methods) > 1) or (
+                composition_line(e, job) if isinstance(e, (HydraException, OmegaConfBaseException)) else
+                f"{type(e).__name__}: {_one_line(e)}")
             raise UserError(f"{which}: {said}; nothing was launched") from None

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import statistics
 
-def _order(values: list[str]) -> list[str]:
+
+def distinct(values: list[str]) -> list[str]:
+    """The distinct values, numbers in numeric order (seeds 1,2,10), others in the order they came."""
     try:
         return sorted(set(values), key=float)
     except ValueError:
-        return list(dict.fromkeys(values))  # the order the runs came in
+        return list(dict.fromkeys(values))
 
 
 def score_points(children: list[dict], keys: list[str]) -> dict[tuple, list[float]]:
@@ -33,7 +35,7 @@ def figure(children: list[dict], swept_keys: list[str]):
     ax = fig.add_subplot()
     title = "eval/score (dev) of the sweep's finished runs"
     if len(keys) == 2:
-        xs, ys = (_order([p[i] for p in pts]) for i in (0, 1))
+        xs, ys = (distinct([p[i] for p in pts]) for i in (0, 1))
         grid = [[statistics.fmean(pts[(x, y)]) if (x, y) in pts else float("nan") for x in xs] for y in ys]
         im = ax.imshow(grid, cmap="viridis", aspect="auto", origin="lower")
         for j, row in enumerate(grid):
@@ -46,7 +48,7 @@ def figure(children: list[dict], swept_keys: list[str]):
         ax.set(xlabel=keys[0], ylabel=keys[1], title=title + ", mean over seeds")
         fig.colorbar(im, ax=ax, label="eval/score")
     else:
-        labels = _order([" ".join(p) for p in pts]) if len(keys) == 1 else [" ".join(p) for p in pts]
+        labels = distinct([" ".join(p) for p in pts]) if len(keys) == 1 else [" ".join(p) for p in pts]
         by_label = {" ".join(p): v for p, v in pts.items()}
         xs = list(range(len(labels)))
         vals = [by_label[lab] for lab in labels]

@@ -9,9 +9,9 @@ the same kind stops at once.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import signal
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Optional
@@ -22,7 +22,7 @@ from deepen_run.run.runfile import orphan_note
 from deepen_run.run.stop import SIGNALS
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.sweep.jobs import STOP_FILE
-from deepen_run.sweep.outcomes import Counts, read_outcomes, read_starts, watch
+from deepen_run.sweep.outcomes import Counts, watch
 from deepen_run.sweep.resume import LOCK
 
 
@@ -30,14 +30,13 @@ class Launch:
     def __init__(self, info: dict, tracker, first_step: int = 0, lock=None):
         self.info, self.tracker = info, tracker
         self.dir = Path(info["dir"])
-        self.counts = Counts(info["n_jobs"], tracker, first_step)
+        self.counts = Counts(self.dir, info["n_jobs"], tracker, first_step)
         self.signum: Optional[int] = None
         self.lock = lock  # the sweep dir's launcher lock (resume.hold), held for the launcher's life
         self.closed = False
         self.stop = threading.Event()
         refresh = lambda: sweep_summary.update(info, tracker)  # noqa: E731 (the run note, as each job ends)
-        self.watcher = threading.Thread(target=watch, args=(self.dir, info["n_jobs"], self.stop, self.counts, refresh),
-                                        daemon=True)
+        self.watcher = threading.Thread(target=watch, args=(self.counts, self.stop, refresh), daemon=True)
 
     def begin(self) -> "Launch":
         self.counts.log()  # every job pending (or kept) before the first one starts
@@ -55,13 +54,11 @@ class Launch:
         if signum == self.signum:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
-        if self.signum is not None or self.closed:  # stopping already, or the parent is being ended
-            self.signum = self.signum or signum
-            return
-        self.signum = signum
-        (self.dir / JOBS_DIR / STOP_FILE).write_text(f"{signal.Signals(signum).name}\n")
-        print(f"[sweep {self.info['sweep_id']}] stopping: running jobs save a checkpoint and end KILLED (a second "
-              f"{signal.Signals(signum).name} stops at once)", file=sys.stderr, flush=True)
+        if self.signum is None and not self.closed:  # not while the parent is being ended: its jobs did
+            (self.dir / JOBS_DIR / STOP_FILE).write_text(f"{signal.Signals(signum).name}\n")
+            print(f"[sweep {self.info['sweep_id']}] stopping: running jobs save a checkpoint and end KILLED (a "
+                  f"second {signal.Signals(signum).name} stops at once)", file=sys.stderr, flush=True)
+        self.signum = self.signum or signum
 
     def end(self) -> None:
         """Every job has returned (on_multirun_end): a stopped sweep's parent ends KILLED, exit 128 +
@@ -79,7 +76,7 @@ class Launch:
         nothing: the error line says why."""
         if self.closed:
             return
-        c = self.counts.update(read_outcomes(self.dir), read_starts(self.dir))
+        c = self.counts.update(ended=True)
         if self.signum is None and self.info.get("attempt", 1) == 1 and not c.outcomes and not c.unended:
             return self.discard()
         self.close(interrupted=self.signum is not None or c.n == 0 or c.pending > 0 or c.killed > 0)
@@ -94,60 +91,48 @@ class Launch:
         jobs = self.dir / JOBS_DIR  # only the files this launcher writes there, then the folder if empty
         for name in (LOCK, STOP_FILE):
             (jobs / name).unlink(missing_ok=True)
-        try:
+        with contextlib.suppress(OSError):
             jobs.rmdir()
-        except OSError:
-            pass
         # The start line named the parent run: say it is gone, or a reader goes looking for it.
         print(f"[sweep {self.info['sweep_id']}] no job started; parent run {self.info['parent_run_id']} deleted",
               flush=True)
 
     def close(self, interrupted: bool) -> int:
-        """End the parent run; returns the number of jobs that did not finish."""
+        """End the parent run with its counts, why and status -> the number of jobs that did not finish."""
         if self.closed:
             return 0
         self.closed = True
         self.stop.set()
         self.watcher.join()
+        tracker, why = self.tracker, signal.Signals(self.signum).name if self.signum else "the launcher exited early"
         if interrupted:  # jobs whose process died before ending their run
-            reap_orphans(self.tracker, f"tags.sweep_id = '{self.info['sweep_id']}'", wait_s=60, note=orphan_note)
-        status, c = self._end_parent(interrupted)
-        if interrupted:
-            saved = c.with_checkpoint(self.dir)
-            print(f"deepen-run: sweep stopped by {self._why()}; its parent and {c.killed} unfinished job(s) are KILLED "
-                  f"({saved} with a checkpoint), {c.pending} not started; continue the sweep with the same command "
-                  f"plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
-        # The final note, figure and table on the parent; the table and the UI links printed last.
-        sweep_summary.finish(self.info, self.tracker, status, show_table=bool(c.finished) and not interrupted)
-        return c.n - c.finished
-
-    def _why(self):
-        return signal.Signals(self.signum).name if self.signum is not None else "the launcher exited early"
-
-    def _end_parent(self, interrupted: bool):
-        """The counts, the why and the status on the parent, which is ended. -> (status, counts)"""
-        tracker = self.tracker
-        c = self.counts.update(read_outcomes(self.dir), read_starts(self.dir))  # started, not ended: killed
+            reap_orphans(tracker, f"tags.sweep_id = '{self.info['sweep_id']}'", wait_s=60, note=orphan_note)
+        c = self.counts.update(ended=True)
         c.log()
         status = "FINISHED" if c.finished == c.n and c.n > 0 else "KILLED" if interrupted else "FAILED"
         if interrupted:
-            tracker.set_tags({"interrupted": f"{self._why()}: {c.finished} of {c.n} jobs finished, {c.killed} killed, "
+            tracker.set_tags({"interrupted": f"{why}: {c.finished} of {c.n} jobs finished, {c.killed} killed, "
                                              f"{c.pending} not started"})
         elif c.finished < c.n:
             tracker.set_tags({"sweep_failed": f"{c.n - c.finished} of {c.n} jobs failed: " + c.which()})
-        with tempfile.TemporaryDirectory() as tmp:
-            for name in ("multirun.yaml", "optimization_results.yaml"):
-                if (self.dir / name).is_file():
-                    tracker.log_file(scrubbed_yaml(self.dir / name, Path(tmp)))
+        for name in ("multirun.yaml", "optimization_results.yaml"):
+            if (self.dir / name).is_file():
+                tracker.log_text(scrubbed_yaml(self.dir / name), name)
         tracker.end(status)
         print(f"[sweep {self.info['sweep_id']}] {c.line()}; parent run {self.info['parent_run_id']} {status}",
               flush=True)
-        return status, c
+        if interrupted:
+            print(f"deepen-run: sweep stopped by {why}; its parent and {c.killed} unfinished job(s) are KILLED "
+                  f"({c.with_checkpoint()} with a checkpoint), {c.pending} not started; continue the sweep with "
+                  f"the same command plus resume=auto hydra.sweep.dir={self.dir}", file=sys.stderr, flush=True)
+        # The final note, figure and table on the parent; the table and the UI links printed last.
+        sweep_summary.finish(self.info, tracker, status, show_table=bool(c.finished) and not interrupted)
+        return c.n - c.finished
 
 
-def scrubbed_yaml(path: Path, folder: Path) -> str:
-    """A copy in `folder`, under the same name, of Hydra's record of the sweep with its secrets masked:
-    it holds the config and every override (a password in tracking.uri too)."""
+def scrubbed_yaml(path: Path) -> str:
+    """Hydra's record of the sweep with its secrets masked: it holds the config and every override (a
+    password in tracking.uri too)."""
     from omegaconf import OmegaConf
 
     from deepen_run.config.redact import scrub
@@ -158,5 +143,4 @@ def scrubbed_yaml(path: Path, folder: Path) -> str:
     for kind, given in overrides.items():  # `key=value` strings: masked by their key too
         if isinstance(given, list):
             overrides[kind] = [mask_override(str(o)) for o in given]
-    (folder / path.name).write_text(OmegaConf.to_yaml(OmegaConf.create(plain)))
-    return str(folder / path.name)
+    return OmegaConf.to_yaml(OmegaConf.create(plain))

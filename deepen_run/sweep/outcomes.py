@@ -13,7 +13,7 @@ import sys
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Optional
 
 from deepen_run.masking import mask_override
 from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
@@ -32,17 +32,9 @@ def previous(sweep_dir: Path) -> Optional[dict]:
     return json.loads(f.read_text()) if f.is_file() else None
 
 
-def read_outcomes(sweep_dir: Path) -> dict[int, dict]:
-    """How each ended job ended: job number -> its outcome file."""
-    return _read(sweep_dir, ".json")
-
-
-def read_starts(sweep_dir: Path) -> dict[int, dict]:
-    """The jobs that started (in this attempt): job number -> overrides, pid and run dir."""
-    return _read(sweep_dir, ".start.json")
-
-
-def _read(sweep_dir: Path, suffix: str) -> dict[int, dict]:
+def read_jobs(sweep_dir: Path, suffix: str = ".json") -> dict[int, dict]:
+    """Job number -> its outcome file (.json: how it ended) or its start file (.start.json, written
+    in this attempt: its overrides, pid and run dir)."""
     out = {}
     for f in (sweep_dir / JOBS_DIR).glob(f"*{suffix}"):
         stem = f.name[:-len(suffix)]
@@ -58,14 +50,16 @@ def start_line(num: int, n: Optional[int], overrides: list[str]) -> str:
 class Counts:
     """How many jobs finished (those kept FINISHED from an earlier attempt of the sweep included), failed,
     were killed (by a signal, or in a process that died before the job ended), were kept, or are
-    pending (neither started nor ended in this attempt)."""
+    pending (neither started nor ended in this attempt), from the job files of `sweep_dir`."""
 
-    def __init__(self, n: Optional[int], tracker, first_step: int = 0):
-        self.n_planned, self.tracker, self.step = n, tracker, first_step
-        self.update({})
+    def __init__(self, sweep_dir: Path, n: Optional[int], tracker, first_step: int = 0):
+        self.dir, self.n_planned, self.tracker, self.step = sweep_dir, n, tracker, first_step
+        self.update()
 
-    def update(self, outcomes: dict[int, dict], unended: Iterable[int] = ()) -> "Counts":
-        self.outcomes, self.unended = dict(outcomes), set(unended) - set(outcomes)
+    def update(self, ended: bool = False) -> "Counts":
+        """ended: the sweep is over, so a job that started and wrote no outcome died with its process."""
+        self.outcomes = read_jobs(self.dir)
+        self.unended = set(read_jobs(self.dir, ".start.json")) - set(self.outcomes) if ended else set()
         by = Counter(o["status"] for o in self.outcomes.values())
         self.finished, self.failed, self.killed = by["FINISHED"], by["FAILED"], by["KILLED"] + len(self.unended)
         self.kept = sum(bool(o.get("kept")) for o in self.outcomes.values())
@@ -95,20 +89,20 @@ class Counts:
                if o["status"] != "FINISHED"]
         return "; ".join(out + [f"job {k + 1} (its process died)" for k in sorted(self.unended)])
 
-    def with_checkpoint(self, sweep_dir: Path) -> int:
+    def with_checkpoint(self) -> int:
         """Of the killed jobs, how many left a checkpoint to continue from (the rest start again)."""
         from deepen_run.run.checkpoint import latest
 
-        homes = {k: Path(s.get("home") or sweep_dir / str(k)) for k, s in read_starts(sweep_dir).items()}
+        starts = read_jobs(self.dir, ".start.json")
         killed = [k for k, o in self.outcomes.items() if o["status"] == "KILLED"] + sorted(self.unended)
-        return sum(latest(homes.get(k, sweep_dir / str(k))) is not None for k in killed)
+        return sum(latest(Path(starts.get(k, {}).get("home") or self.dir / str(k))) is not None for k in killed)
 
 
-def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts: Counts, on_end=None) -> None:
+def watch(counts: Counts, stop: threading.Event, on_end: Callable[[], object]) -> None:
     """Print '[job k/N] ...' when a job starts and when it ends, whichever process ran it; the parent's
     counts, then on_end() (the run note), follow each end. A job in this process (the basic launcher)
     prints its own start line: polled, it would come after the job's first lines."""
-    seen: set[str] = set()
+    sweep_dir, n, seen = counts.dir, counts.n_planned, set()
     total = n if n is not None else "?"
     while True:
         done = stop.is_set()
@@ -132,9 +126,8 @@ def watch(sweep_dir: Path, n: Optional[int], stop: threading.Event, counts: Coun
                 print(f"{k} {d['status']} {d['name']}  {d['error']}  ({d['seconds']:.0f} s)", flush=True)
         if ended and not done:  # at the end, Launch.close writes both itself
             try:
-                counts.update(read_outcomes(sweep_dir)).log()
-                if on_end is not None:
-                    on_end()
+                counts.update().log()
+                on_end()
             except Exception as e:  # noqa: BLE001 (the store may be what failed; the note is a view: the sweep goes on)
                 print(f"deepen-run: warning: the sweep's counts or run note were not updated: {first_line(e)}",
                       file=sys.stderr)

@@ -9,17 +9,19 @@ from pathlib import Path
 from typing import Optional
 
 from deepen_run.errors import UserError
+from deepen_run.masking import mask_override
 from deepen_run.run.clean import JOBS_DIR
 from deepen_run.run.lifecycle import exclusive, holder
 from deepen_run.sweep.check import job_overrides
 
 
 def jobs_of(config) -> Optional[list[list[str]]]:
-    """Each job's overrides without `resume` (asking to resume does not change a job)."""
+    """Each job's overrides as deepen_sweep.json keeps them: secrets masked, without `resume` (asking
+    to resume does not change a job)."""
     jobs = job_overrides(config)
     if jobs is None:
         return None
-    return [[o for o in job if o.split("=", 1)[0].lstrip("+~") != "resume"] for job in jobs]
+    return [[mask_override(o) for o in job if o.split("=", 1)[0].lstrip("+~") != "resume"] for job in jobs]
 
 
 def _differs(then: dict, now: dict) -> str:

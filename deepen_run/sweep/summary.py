@@ -1,8 +1,9 @@
 """A sweep's answer on its parent run, for whoever opens it in the MLflow UI (docs/sweeps.md): its
 name says what was swept, its run note holds the children's results table (deepen-report's own code
 on the same runs, rebuilt by the job watcher as each job ends), its figure eval/score against the
-swept keys (figure.py); each child is named and tagged by its swept values. The sweep's last lines
-link to MLflow's compare view of the children and to the parent.
+swept keys (figure.py), its tags its collapsed row in the runs table; each child is named and tagged
+by its swept values. The sweep's last lines link to MLflow's compare view of the children and to the
+parent.
 """
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from urllib.parse import quote
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from deepen_run.run.names import run_name
-from deepen_run.sweep.figure import figure, score_points
-from deepen_run.sweep.parent_row import parent_tags
+from deepen_run.run.names import SCORE_TAG, run_name
+from deepen_run.sweep.figure import distinct, figure, score_points
 from deepen_run.tracking import ui
 from deepen_run.util import first_line
 
@@ -25,6 +25,8 @@ NOTE = "mlflow.note.content"
 FIGURE = "sweep/eval_score.png"
 # Keys every child already has as a tag of the same value (runner.tags_for): not tagged twice.
 STANDARD = ("backbone", "method", "task", "schedule", "seed")
+# The runs table's default tag columns besides `score` and the swept keys (ui.LAST), by tag name.
+SHOWN = tuple(c.removeprefix("tags.`").removesuffix("`") for c in ui.LAST)
 
 
 def _is_sweep(key: str, value: str) -> bool:
@@ -37,7 +39,7 @@ def _is_sweep(key: str, value: str) -> bool:
 
 
 def swept(params: dict[str, str]) -> dict[str, str]:
-    """The swept keys of a sweep (deepen_run.sweep.callback.sweep_params) and their values as given."""
+    """The swept keys of a sweep (callback.sweep_params) and their values as given."""
     return {k: v for k, v in params.items() if not k.startswith("sweep.") and _is_sweep(k, str(v))}
 
 
@@ -180,14 +182,28 @@ def current_children(info: dict) -> list[dict]:
     return list({r["tags"].get("sweep_job", r["run_id"]): r for r in runs}.values())  # oldest first: newest wins
 
 
+def parent_tags(children: list[dict], swept_keys: list[str], n_jobs=None) -> dict[str, str]:
+    """The parent's collapsed row in the runs table: a parent trains nothing, so its default columns
+    would read "-"; they hold its children's values instead (`seed` 1,2), and `score` the best child's
+    (`best <score> (<k> of <n> runs)`). deepen-report leaves parents out of its rows (rows.reportable)."""
+    tags = {}
+    for key in dict.fromkeys([*swept_keys, *SHOWN]):
+        values = [c["tags"][key] for c in children if key in c["tags"]]
+        if values:
+            tags[key] = ",".join(distinct(values))
+    scores = [float(c["tags"][SCORE_TAG]) for c in children if c["status"] == "FINISHED" and SCORE_TAG in c["tags"]]
+    if scores:
+        tags[SCORE_TAG] = f"best {max(scores):.4f} ({len(scores)} of {n_jobs or len(children)} runs)"
+    return tags
+
+
 def update(info: dict, tracker, state: str = "running") -> Optional[dict]:
-    """Rebuild the note and the figure from the store; returns the report table (None without rows)."""
+    """Rebuild the note, the parent's row and the figure from the store -> the report table, if any."""
     from deepen_run.report import main as report
 
     children = current_children(info)
     table = report.build([r for r in children if r["status"] == "FINISHED"])
     md = report.to_markdown(table) if table["rows"] else None
-    # the collapsed parent row's cells (best score, the children's values), with the note
     tracker.set_tags({NOTE: note(info, children, md, state)}
                      | parent_tags(children, list(swept(info["params"])), info.get("n_jobs")))
     if score_points(children, []):  # a finished child with an eval/score (a dry run has none)
@@ -200,18 +216,14 @@ def start(info: dict, tracker) -> None:
     sweep's so far), which the job watcher rebuilds as jobs end (sweep/outcomes.py watch, on_end=update)."""
     try:
         swept_columns = [f"tags.`{k}`" for k in swept(info["params"])]
-        ui.apply(tracker.client, tracker.experiment_id, (), info["parent_run_id"], swept_columns)
-        if info.get("attempt", 1) > 1:
-            update(info, tracker)  # a resumed sweep: the earlier attempts' children at once
-        else:
-            tracker.set_tags({NOTE: note(info, [], None, "running")})
+        ui.apply(tracker.client, tracker.experiment_id, info["parent_run_id"], swept_columns)
+        update(info, tracker)
     except Exception as e:  # noqa: BLE001
         print(f"deepen-run: warning: the sweep's run note was not set: {first_line(e)}", file=sys.stderr)
 
 
 def finish(info: dict, tracker, status: str, show_table: bool) -> None:
-    """At the sweep's end (its parent closed, the job watcher stopped): the final note, figure and
-    table, then the links."""
+    """At the sweep's end (its parent closed, the job watcher stopped); the links print last."""
     from deepen_run.report import main as report
 
     try:

@@ -37,11 +37,9 @@ def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], 
     eval/* values to it and mark it READY. -> the model id. datasets: eval name (sst2, mnli-m) ->
     (dataset name, digest) of the dev set its eval/<name>/* metrics were measured on."""
     client: MlflowClient = tracker.client
-    model = None
+    model = client.create_logged_model(tracker.experiment_id, name=name, source_run_id=tracker.run_id, tags=tags,
+                                       params={k: str(v)[:6000] for k, v in params.items()}, model_type=MODEL_TYPE)
     try:
-        model = client.create_logged_model(tracker.experiment_id, name=name, source_run_id=tracker.run_id,
-                                           tags=tags, params={k: str(v)[:6000] for k, v in params.items()},
-                                           model_type=MODEL_TYPE)
         where = local_dir(model.artifact_location)
         if where is not None:
             where.mkdir(parents=True, exist_ok=True)
@@ -54,9 +52,8 @@ def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], 
         client.log_outputs(tracker.run_id, [LoggedModelOutput(model.model_id, step)])
         client.set_tag(tracker.run_id, MODEL_TAG, model.model_id)
         client.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
-    except BaseException:
-        if model is not None:
-            client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
+    except BaseException:  # a model that never became READY says so (not PENDING for ever)
+        client.finalize_logged_model(model.model_id, LoggedModelStatus.FAILED)
         raise
     return model.model_id
 
@@ -92,20 +89,15 @@ def run_exists(uri: str, run_id: str) -> bool:
 
 
 def model_files(uri: str, model_id: str) -> Path:
-    """A local folder holding the LoggedModel's files: the folder itself for a local artifact store,
-    else a download (a temporary folder)."""
-    client = MlflowClient(tracking_uri=uri)
-    try:
-        model = client.get_logged_model(model_id)
-    except MlflowException as e:
-        raise UserError(f"no logged model {model_id!r} in {uri}") from e
-    where = local_dir(model.artifact_location)
-    if where is not None:
-        return where
+    """A local folder holding the LoggedModel's files: MLflow gives a local artifact store's folder
+    itself, and downloads a remote one's into a temporary folder."""
     from mlflow.artifacts import download_artifacts
 
-    return Path(download_artifacts(artifact_uri=model.artifact_location, dst_path=tempfile.mkdtemp(),
-                                   tracking_uri=uri))
+    try:
+        model = MlflowClient(tracking_uri=uri).get_logged_model(model_id)
+    except MlflowException as e:
+        raise UserError(f"no logged model {model_id!r} in {uri}") from e
+    return Path(download_artifacts(artifact_uri=model.artifact_location, tracking_uri=uri))
 
 
 def resolve_models_uri(uri: str, models_uri: str) -> str:
@@ -168,8 +160,7 @@ def dataset_input(name: str, context: str, path: Path, digest: str) -> DatasetIn
 
 
 def short_digest(digest: str) -> str:
-    """data/fingerprint.py's "<size>:<sha256>" -> the SHA-256's first 32 hex digits (MLflow's digest
-    column holds 36 characters)."""
+    """data/fingerprint.py's "<size>:<sha256>" -> the SHA-256's first 32 hex digits."""
     return digest.split(":")[-1][:32]
 
 
@@ -188,19 +179,15 @@ def log_datasets(tracker, inputs: list[DatasetInput], tries: int = 5) -> None:
 
 
 class SystemMetrics:
-    """MLflow's CPU, memory, disk and GPU monitor (system/* metrics, every 10 s) for one run."""
+    """MLflow's CPU, memory, disk and GPU monitor (system/* metrics) for one run."""
 
     def __init__(self, tracker, on: bool):
         self.monitor = None
         if on and tracker.enabled and tracker.run_id:
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-            from mlflow.environment_variables import MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
-
-            # MLflow's own setting of how often it samples (default 10 s), as mlflow.start_run reads it.
-            every = MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.get() or 10
-            self.monitor = SystemMetricsMonitor(tracker.run_id, sampling_interval=every, tracking_uri=tracker.uri,
-                                                resume_logging=True)
+            # every 10 s unless MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL says otherwise (MLflow reads it)
+            self.monitor = SystemMetricsMonitor(tracker.run_id, tracking_uri=tracker.uri, resume_logging=True)
             self.monitor.start()
 
     def stop(self) -> None:

@@ -40,12 +40,6 @@ LAST = ("tags.`method`", "tags.`task`", "tags.`backbone`", "tags.`duplicate_laye
         "tags.`seed`", "tags.`dry_run`")
 
 
-def columns(before: list[str] | None = None, swept: list[str] = ()) -> list[str]:
-    """The score tag, then the latest sweep's swept keys (tag columns), then what tells runs apart."""
-    swept = [c for c in (list(swept) or _swept_before(list(before or []))) if c not in FIRST]
-    return [*FIRST, *swept, *(c for c in LAST if c not in swept)]
-
-
 def _swept_before(before: list[str]) -> list[str]:
     """The tag columns a sweep put after FIRST: up to the first metric, or to the LAST columns."""
     rest = before[len(FIRST):] if before[:len(FIRST)] == list(FIRST) else []
@@ -55,11 +49,10 @@ def _swept_before(before: list[str]) -> list[str]:
     return rest
 
 
-def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | None = None,
-          swept: list[str] = ()) -> None:
-    """Mark the experiment classic ML, set its default columns, unfold `expand` (a sweep's parent
-    run), put `swept` (a starting sweep's tag columns) right after the score. eval_keys: unused (the
-    metrics stay one click away, under Columns)."""
+def apply(client, experiment_id: str, expand: str | None = None, swept: list[str] = ()) -> None:
+    """Mark the experiment classic ML, unfold `expand` (a sweep's parent run) and set its default
+    columns: the score tag, then the swept keys (`swept`, a starting sweep's tag columns, else the
+    latest sweep's), then what tells runs apart."""
     exp = client.get_experiment(experiment_id)
     if exp.tags.get(KIND[0]) != KIND[1]:
         client.set_experiment_tag(experiment_id, *KIND)
@@ -68,7 +61,8 @@ def apply(client, experiment_id: str, eval_keys: list[str] = (), expand: str | N
     except ValueError:
         old = {}
     expanded = dict(old.get("runsExpanded", {})) | ({expand: True} if expand else {})
-    state = {"selectedColumns": columns(old.get("selectedColumns", []), list(swept)),
+    swept = [c for c in (list(swept) or _swept_before(old.get("selectedColumns", []))) if c not in FIRST]
+    state = {"selectedColumns": [*FIRST, *swept, *(c for c in LAST if c not in swept)],
              "orderByKey": "attributes.start_time", "orderByAsc": False, "runsExpanded": expanded}
     if state != old:
         client.set_experiment_tag(experiment_id, VIEW_TAG, json.dumps(state))
@@ -109,33 +103,29 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     proc = subprocess.Popen(cmd, start_new_session=True, env=env)
     # Ctrl-C and SIGTERM are only recorded (the handler raises nothing); the waits below look at them.
     asked: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: asked.append(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while proc.poll() is None and not asked:
-            try:
-                if urllib.request.urlopen(f"{base}/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                time.sleep(0.5)
-        if asked:
-            return stop(proc)
-        if proc.poll() is not None:
-            return proc.returncode or 1  # it exited before it answered: not a success
-        client = MlflowClient(store)
-        print(f"\nMLflow UI is up: {shown}  (Ctrl-C stops it; {base} works too, with MLflow's Assistant panel)")
-        for name in experiments:
-            exp = client.get_experiment_by_name(name)
-            if exp is not None:  # experiments made before these settings existed get them now
-                apply(client, exp.experiment_id)
-                print(f"  {name}: {table_url(shown, exp.experiment_id)}")
-        sys.stdout.flush()
-        while proc.poll() is None and not asked:
-            time.sleep(0.2)
-        return stop(proc) if asked else proc.returncode
-    finally:
-        for sig, before in previous.items():
-            signal.signal(sig, before)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: asked.append(signum))
+    while proc.poll() is None and not asked:
+        try:
+            if urllib.request.urlopen(f"{base}/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+    if asked:
+        return stop(proc)
+    if proc.poll() is not None:
+        return proc.returncode or 1  # it exited before it answered: not a success
+    client = MlflowClient(store)
+    print(f"\nMLflow UI is up: {shown}  (Ctrl-C stops it; {base} works too, with MLflow's Assistant panel)")
+    for name in experiments:
+        exp = client.get_experiment_by_name(name)
+        if exp is not None:  # experiments made before these settings existed get them now
+            apply(client, exp.experiment_id)
+            print(f"  {name}: {table_url(shown, exp.experiment_id)}")
+    sys.stdout.flush()
+    while proc.poll() is None and not asked:
+        time.sleep(0.2)
+    return stop(proc) if asked else proc.returncode
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 15.0) -> int:
