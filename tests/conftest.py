@@ -34,9 +34,14 @@ register(schemas())
 
 
 # The test modules that take longest, longest first (seconds summed over their tests in a `make test`
-# of 42d1246, --durations=0): only an order, so a stale entry costs time, never a result.
-LONGEST = ("test_sweep_resume", "test_resume", "test_faults", "test_edge_cases", "test_model_product",
-           "test_sweeps", "test_report", "test_compose", "test_e2e", "test_multiprocess", "test_rundir",
+# of 42d1246, --durations=0): only an order, so a stale entry costs time, never a result. test_slurm
+# leads: its 3-4 min are mostly waits on SLURM (daemons, scheduling, a requeue), so started first they
+# overlap the other worker's work; unlisted, they came after every listed module, where waits late in
+# the suite can leave a core idle. test_mlflow_env, test_hire and test_row_key each hold a test of
+# 45-65 s (CI of ca1a16a).
+LONGEST = ("test_slurm", "test_sweep_resume", "test_resume", "test_faults", "test_edge_cases", "test_model_product",
+           "test_sweeps", "test_report", "test_compose", "test_e2e", "test_mlflow_env", "test_hire", "test_row_key",
+           "test_multiprocess", "test_rundir",
            "test_hparams_search", "test_habits_early_stop", "test_fast", "test_sweep_summary", "test_bad_input",
            "test_probe", "test_duplicate", "test_tracking_server", "test_model_selection", "test_families")
 
