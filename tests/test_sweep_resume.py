@@ -1,7 +1,9 @@
 """An interrupted sweep continues under its original parent with resume=auto (issue: sweeps that
-survive). A real 6-job joblib sweep (3 workers, 2 jobs each, 30 steps) is stopped once 2 children
-FINISHED and others are mid-training, by SIGKILL of its process group or by Ctrl-C (SIGINT to the
-group), then rerun with the same command plus resume=auto. Tiny random BERT: the mechanics only."""
+survive). A real 6-job joblib sweep (2 workers, one a core here, 30 steps a job) is stopped once 2
+children FINISHED and a later one has a checkpoint: jobs that finished, jobs mid-training and jobs not
+yet started, stopped by SIGKILL of its process group or by Ctrl-C (SIGINT to the group), then rerun
+with the same command plus resume=auto. Tiny random BERT on short batches (8 x 32 tokens, as the
+other tiny tests): the mechanics only."""
 import json
 import os
 import signal
@@ -15,10 +17,10 @@ import pytest
 from conftest import HANG, cli, existing_store, runs_of
 from deepen_run.report import main as report
 
-SWEEP = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", "seed=1,2,3,4,5,6", "task=rte", "backbone=tiny",
-         "train.max_steps=30", "train.save_every=5", "train.log_every=5", "train.batch_size=32",
+SWEEP = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3,4,5,6", "task=rte", "backbone=tiny",
+         "train.max_steps=30", "train.save_every=5", "train.log_every=5", "train.batch_size=8",
          "train.learning_rate=1e-3", "data.max_train_samples=256", "data.max_eval_samples=32",
-         "data.max_seq_length=128"]
+         "data.max_seq_length=32"]
 
 
 def split(runs):
@@ -68,7 +70,7 @@ def interrupt(tmp_path, glue_dir, sig):
     os.killpg(proc.pid, sig)
     _, err = proc.communicate(timeout=HANG)
     assert len(finished) < 6
-    return args, proc.returncode, err, finished
+    return args, proc, err, finished
 
 
 def resume_and_check(tmp_path, args, finished_before):
@@ -104,8 +106,9 @@ def resume_and_check(tmp_path, args, finished_before):
     assert (m["sweep/finished"], m["sweep/kept"], m["sweep/failed"], m["sweep/killed"], m["sweep/pending"]) == \
         (6, len(kept), 0, 0, 0)
     assert f"6/6 jobs FINISHED ({len(kept)} kept from before)" in r.stdout
-    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("| 1 | tiny | baseline |"))
-    head = next(ln for ln in r.stdout.splitlines() if ln.startswith("| # |"))
+    row = next((ln for ln in r.stdout.splitlines() if ln.startswith("| 1 | tiny | baseline |")), None)
+    head = next((ln for ln in r.stdout.splitlines() if ln.startswith("| # |")), None)
+    assert row and head, r.stdout[-3000:]
     cells = dict(zip([c.strip() for c in head.strip("|").split("|")], [c.strip() for c in row.strip("|").split("|")]))
     assert cells["n"] == "6"  # the table covers every child, kept ones included
     return r
@@ -114,8 +117,8 @@ def resume_and_check(tmp_path, args, finished_before):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_sigkilled_joblib_sweep_resumes_under_its_parent(tmp_path, glue_dir):
-    args, rc, _, finished = interrupt(tmp_path, glue_dir, signal.SIGKILL)
-    assert rc == -signal.SIGKILL
+    args, proc, _, finished = interrupt(tmp_path, glue_dir, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
     r = resume_and_check(tmp_path, args, finished)
     assert "attempt 2, continuing the interrupted sweep" in r.stdout
 
@@ -123,13 +126,18 @@ def test_sigkilled_joblib_sweep_resumes_under_its_parent(tmp_path, glue_dir):
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir, capsys):
-    args, rc, err, finished = interrupt(tmp_path, glue_dir, signal.SIGINT)
-    assert rc == 130, err[-3000:]
+    args, proc, err, finished = interrupt(tmp_path, glue_dir, signal.SIGINT)
+    assert proc.returncode == 130, err[-3000:]
     client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
     (parent,), children = split(runs)
     running = [(c.data.tags["sweep_job"], c.data.tags.get("pid"), c.data.tags.get("error"), recorded(c))
                for c in children if c.info.status == "RUNNING"]
     assert parent.info.status == "KILLED" and not running, (parent.info.status, running, err[-3000:])
+    done = sum(c.info.status == "FINISHED" for c in children)
+    assert {c.info.status for c in children} <= {"FINISHED", "KILLED"}, [(c.info.run_name, c.info.status)
+                                                                         for c in children]
+    assert parent.data.tags["interrupted"].startswith(f"SIGINT: {done} of 6 jobs finished"), parent.data.tags
+    assert parent.data.tags["pid"] == str(proc.pid)
     for c in children:
         home = Path(c.data.tags["run_dir"])
         status = json.loads((home / "run.json").read_text())["status"]
@@ -151,7 +159,6 @@ def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir, c
     sid = parent.data.tags["sweep_id"]
     report.main(["--uri", f"sqlite:///{tmp_path}/mlflow.db", "--sweep-id", sid])
     out = capsys.readouterr().out
-    done = sum(c.info.status == "FINISHED" for c in children)
     assert f"sweep {sid}: {done} of 6 children are in the table; missing from their row:" in out, out
     for k in range(6):
         status = next((c.info.status for c in children if c.data.tags["sweep_job"] == str(k)), None)

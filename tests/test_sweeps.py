@@ -149,42 +149,6 @@ def test_a_slurm_time_limit_too_short_for_its_signal_launches_nothing(tmp_path, 
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "mlflow.db").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_ctrl_c_of_a_joblib_sweep_ends_every_run_killed(tmp_path, glue_dir):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
-    from mlflow.tracking import MlflowClient
-
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    exe = Path(sys.executable).with_name("deepen-run")
-    long = [a for a in TINY if not a.startswith("train.max_steps")] + ["train.max_steps=100000", "train.save_every=5"]
-    proc = subprocess.Popen([str(exe), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2,3,4", *long,
-                             f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    t0 = time.time()
-    while not list((tmp_path / "sweep").glob("*/checkpoints/step-*")):  # a job is training
-        assert proc.poll() is None and time.time() - t0 < 600, proc.communicate()[1][-3000:]
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
-    out, err = proc.communicate(timeout=HANG)
-    assert proc.returncode == 130, err[-3000:]
-    client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("deepen-run").experiment_id])
-    assert runs and not [r for r in runs if r.info.status == "RUNNING"], [(r.info.run_name, r.info.status) for r in runs]
-    (parent,), children = split(runs)
-    assert parent.info.status == "KILLED" and parent.data.tags["interrupted"].startswith("SIGINT: 0 of 4 jobs finished")
-    assert parent.data.tags["pid"] == str(proc.pid)
-    assert children and all(c.info.status == "KILLED" for c in children)
-    assert "deepen-run: sweep stopped by SIGINT" in err  # (loky may print a resource_tracker warning after)
-
-
 @pytest.mark.subprocess
 def test_a_bad_value_hydra_finds_after_the_parent_exists_leaves_no_record(tmp_path, glue_dir):
     """glob() keeps the jobs from being enumerated before launch; Hydra's sweeper then refuses
