@@ -19,7 +19,7 @@ JOBS_DIR = "deepen_jobs"
 
 # Entries a run dir or sweep dir of ours may hold; anything else marks a folder as the user's.
 # data_fingerprint.json: deepen_run/data/fingerprint.py's FILE (named here: this module is stdlib-only).
-RUN_FILE, RUN_CONFIG = "run.json", "run_config.yaml"  # run/runfile.py's record, run/resume.py's config
+RUN_FILE, RUN_CONFIG = "run.json", "run_config.yaml"  # run/resume.py's record and config
 RUN_RECORDS = (RUN_FILE, RUN_CONFIG)
 SWEEP_RECORDS = ("multirun.yaml", SWEEP_FILE, JOBS_DIR)
 LOGS = ("cli.log", "probe_cli.log")  # Hydra's job logs: deepen-run's, deepen-probe's (conf/probe.yaml)

@@ -49,7 +49,7 @@ def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> li
     """End KILLED this experiment's RUNNING runs (sweep parents too) whose process on this host is gone
     (SIGKILL, a second signal, OOM, power loss). where: an extra search clause (a sweep's own children);
     wait_s: how long live processes may take to end their runs first (a stopped sweep's jobs are saving);
-    note(run_id, tags): what the dead run left to continue from (runfile.orphan_note), for its error tag."""
+    note(run_id, tags): what the dead run left to continue from (resume.orphan_note), for its error tag."""
     if not tracker.enabled:
         return []
     host = socket.gethostname()

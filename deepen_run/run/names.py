@@ -122,11 +122,6 @@ def schedule_name(s) -> str:
     return f"{s.name}({','.join(changed)})" if changed else str(s.name)
 
 
-def method_part(cfg, omit=()) -> str:
-    opts = method_options(cfg, omit)
-    return str(cfg.method.name) + (f"({','.join(f'{k}={v}' for k, v in opts.items())})" if opts else "")
-
-
 def run_name(cfg, omit=()) -> str:
     """tracking.run_name, else the default name above; `omit`: dotted keys not to say (a sweep's
     swept keys, said before the name)."""
@@ -139,7 +134,9 @@ def default_name(cfg, omit=()) -> str:
     tasks = "+".join(cfg.task.names)
     sched = f"-{schedule_name(cfg.schedule)}" if len(cfg.task.names) > 1 else ""
     seed = "" if "seed" in omit else f"-s{cfg.seed}"
-    return f"{backbone_part(cfg, omit)}-{method_part(cfg, omit)}-{tasks}{sched}{seed}"
+    opts = method_options(cfg, omit)
+    method = str(cfg.method.name) + (f"({','.join(f'{k}={v}' for k, v in opts.items())})" if opts else "")
+    return f"{backbone_part(cfg, omit)}-{method}-{tasks}{sched}{seed}"
 
 
 def model_name(cfg) -> str:

@@ -11,9 +11,8 @@ from typing import Optional
 
 from deepen_run.data.fingerprint import save_fingerprint
 from deepen_run.run import checkpoint as ck
-from deepen_run.run import runfile, summary
+from deepen_run.run import resume, summary
 from deepen_run.run.lifecycle import provenance
-from deepen_run.run.resume import save_run_config
 from deepen_run.run.stop import Stopped
 from deepen_run.tracking.models import SystemMetrics
 from deepen_run.tracking.store import TrackingLost
@@ -38,10 +37,10 @@ class RunRecord:
         cfg, tracker = self.cfg, self.tracker
         where = {"run_dir": str(self.home)} if self.home is not None else {}  # what the orphan reaper reads
         if not self.run_id:  # before run.json: a SIGKILL between the two must not leave a run whose config
-            save_run_config(self.home, cfg)  # a resume reads from Hydra's copy (which lacks a sweep job's name)
+            resume.save_run_config(self.home, cfg)  # a resume reads from Hydra's copy (which lacks a sweep job's name)
         tracker.start(self.name, self.tags | provenance() | where, run_id=self.run_id)
         try:  # from here on, whatever fails (a full disk writing run.json) ends the run
-            runfile.write_run_file(self.home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
+            resume.write_run_file(self.home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
             if not self.run_id:
                 save_fingerprint(self.home, cfg, self.tasks)
             self.monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
@@ -75,7 +74,7 @@ class RunRecord:
             except TrackingLost:
                 status = "FAILED"  # run.json says how it ended when MLflow cannot
             if self.main_process:
-                runfile.finish(self.home, status)
+                resume.finish(self.home, status)
                 if status == "FINISHED":
                     summary.show(self.tracker, self.home)
             phase("ended")

@@ -8,12 +8,12 @@ import os
 import shlex
 from pathlib import Path
 from typing import Optional
-from urllib.parse import unquote, urlparse
 
 from deepen_run.config.schema import local_store
 from deepen_run.masking import mask_uri
 from deepen_run.serve.table import predict_args
 from deepen_run.tracking import ui
+from deepen_run.tracking.models import local_dir
 
 DEFAULT_STORE = local_store()  # what the tools read with neither an option nor MLFLOW_TRACKING_URI
 DEFAULT_EXPERIMENT = "deepen-run"
@@ -36,10 +36,6 @@ def store_args(uri: str, experiment: Optional[str] = None, flag: str = "--uri") 
     if experiment is not None and experiment != DEFAULT_EXPERIMENT:
         out += f" --experiment {shlex.quote(experiment)}"
     return out
-
-
-def local_path(uri: str) -> str:
-    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
 
 
 def from_environment(tracker) -> Optional[str]:
@@ -74,7 +70,7 @@ def text(tracker, home: Optional[Path]) -> str:
                      f"{store_args(tracker.uri, flag='--tracking-uri')} {predict_args(run.data.tags.get('task', ''))}; "
                      "docs/use-a-model.md)")
     names = [a.path + ("/" if a.is_dir else "") for a in tracker.client.list_artifacts(tracker.run_id)]
-    lines.append(f"  artifacts     {local_path(run.info.artifact_uri)}  ({', '.join(names)})")
+    lines.append(f"  artifacts     {local_dir(run.info.artifact_uri) or run.info.artifact_uri}  ({', '.join(names)})")
     lines.append(f"  MLflow UI     {ui.run_url(base, tracker.experiment_id, tracker.run_id)}  ({how})")
     return "\n".join(lines)
 

@@ -20,7 +20,7 @@ from deepen_run.model import steps as backbone_steps
 from deepen_run.run import submission
 from deepen_run.run.context import RunState
 from deepen_run.errors import NonFiniteLoss
-from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
+from deepen_run.run.evaluation import Evaluation, batch_inputs, eval_metrics, evaluate, record, warn_undefined
 from deepen_run.run.fast import use_dropout_masks, use_unpad
 from deepen_run.run.bookkeeping import Bookkeeping, EarlyStop, log_run_records
 from deepen_run.run.optim import optimizer_for, optimizer_impl, scheduler_for
@@ -28,7 +28,6 @@ from deepen_run.run.threads import set_threads
 from deepen_run.run.stop import check
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
-from deepen_run.run.predict import batch_inputs
 from deepen_run.data.sampling import TaskSampler, epoch_length, total_steps
 from deepen_run.util import phase
 

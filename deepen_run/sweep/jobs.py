@@ -108,8 +108,7 @@ class SweepJob:
 
     def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:
         """resume=auto: this job's run dir holds its FINISHED child of this sweep -> its outcome."""
-        from deepen_run.run.runfile import read_run_file
-        from deepen_run.run.resume import wanted
+        from deepen_run.run.resume import read_run_file, wanted
         from deepen_run.tracking.store import find_runs
 
         info = read_run_file(home) if home is not None and wanted(cfg.resume) else {}

@@ -10,11 +10,12 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable, Optional
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelOutput, LoggedModelStatus, Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.file_utils import local_file_uri_to_path
 
 from deepen_run.errors import UserError
 
@@ -24,11 +25,9 @@ CONTEXT = "mlflow.data.context"  # MLflow's input tag: train / dev / test
 
 
 def local_dir(uri: str) -> Optional[Path]:
-    """The folder behind a file:// artifact URI (None for a remote artifact store)."""
-    scheme = urlparse(uri).scheme
-    if scheme == "file":
-        return Path(unquote(urlparse(uri).path))
-    return Path(uri) if scheme == "" else None  # mlflow-artifacts:/, s3://, ...: through the client
+    """The folder behind a file:// artifact URI or a path (None for mlflow-artifacts:/, s3://, ...: a
+    remote artifact store, reached through the client)."""
+    return Path(local_file_uri_to_path(uri)) if urlparse(uri).scheme in ("file", "") else None
 
 
 def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], fill: Callable[[Path], None],
@@ -81,6 +80,7 @@ def model_of_run(uri: str, run_id: str) -> Optional[str]:
 
 
 def run_exists(uri: str, run_id: str) -> bool:
+    """Is this run in the store (a resume's run.json, a --run, may name one of a store since deleted)?"""
     try:
         MlflowClient(tracking_uri=uri).get_run(run_id)
         return True

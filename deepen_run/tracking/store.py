@@ -11,14 +11,13 @@ import functools
 import io
 import logging
 import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
+from mlflow.utils.git_utils import get_git_commit
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH as TAG_LIMIT  # the longest tag value MLflow stores
 from sqlalchemy.exc import NoSuchModuleError
 
@@ -78,11 +77,7 @@ def hide(text: str) -> str:
 
 
 def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    return get_git_commit(str(Path(__file__).parent)) or "unknown"  # MLflow's own (GitPython)
 
 
 class Tracker:
@@ -150,18 +145,6 @@ class Tracker:
         for tag in ("error", "interrupted", "resume_error", "sweep_failed", "stopped_before_first_step"):
             if tag in run.data.tags:
                 self.client.delete_tag(self.run_id, tag)
-
-    def has_run(self, run_id: str) -> bool:
-        """Is this run in the store (a resume's run.json may name one of a store since deleted)?"""
-        if not self.enabled:
-            return True
-        try:
-            self.client.get_run(run_id)
-            return True
-        except mlflow.exceptions.MlflowException as e:
-            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
-                return False
-            raise
 
     def status(self, run_id: str) -> str:
         return self.client.get_run(run_id).info.status if self.enabled else ""
