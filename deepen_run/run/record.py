@@ -14,7 +14,7 @@ from deepen_run.run import checkpoint as ck
 from deepen_run.run import resume, summary
 from deepen_run.run.lifecycle import provenance
 from deepen_run.run.stop import Stopped
-from deepen_run.tracking.models import SystemMetrics
+from deepen_run.tracking.models import system_metrics
 from deepen_run.tracking.store import TrackingLost
 from deepen_run.util import first_line, phase
 
@@ -28,7 +28,7 @@ class RunRecord:
                  main_process: bool):
         self.cfg, self.tasks, self.tracker, self.home, self.name, self.tags = cfg, tasks, tracker, home, name, tags
         self.run_id, self.main_process = run_id, main_process
-        self.before = tracker.status(run_id) if run_id else ""
+        self.before = tracker.client.get_run(run_id).info.status if run_id and tracker.enabled else ""
         self.restored = not run_id
         self.saver: Optional[ck.Checkpointer] = None
         self.monitor = None
@@ -43,7 +43,7 @@ class RunRecord:
             resume.write_run_file(self.home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
             if not self.run_id:
                 save_fingerprint(self.home, cfg, self.tasks)
-            self.monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
+            self.monitor = system_metrics(tracker, cfg.tracking.system_metrics)
             if self.run_id:  # a resume: same run, RUNNING again; nothing it already logged is logged twice
                 tracker.resume()
         except BaseException as e:
@@ -68,7 +68,7 @@ class RunRecord:
                 self.tracker.set_tags({"error" if self.restored else "resume_error": first_line(error, 5000)})
         finally:
             if self.monitor is not None:
-                self.monitor.stop()
+                self.monitor.finish()
             try:
                 self.tracker.end(status)
             except TrackingLost:

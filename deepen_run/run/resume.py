@@ -230,16 +230,14 @@ def _check_overrides(cfg, saved, home: Path) -> None:
 
 def resolve(cfg) -> tuple:
     """(config to run, run dir to resume or None)."""
-    want = wanted(cfg.resume)
-    here = current_dir()
+    want, here = wanted(cfg.resume), current_dir()
+    if here is not None:  # what the run-dir guard asked before Hydra wrote there; a sweep's job is asked here
+        check_dir(cfg, here)  # this dir's own run: a changed override is named, not silently skipped
     if want is None:
-        check_free(here)
         return cfg, None
     if want == "auto" and here is not None and read_run_file(here).get("status") not in (None, "FINISHED") \
-            and not in_use(here):
-        _same_config(cfg, here)  # this dir's own run: a changed override is named, not silently skipped
-        if latest(here) is None:
-            return cfg, here  # killed before its first checkpoint: the same run again, from step 0
+            and not in_use(here) and latest(here) is None:
+        return cfg, here  # killed before its first checkpoint: the same run again, from step 0
     if want in ("latest", "auto"):
         home = find_latest(cfg, here, own_first=want == "auto", own_only=want == "auto" and _in_sweep())
         if home is None and want == "auto":

@@ -178,22 +178,17 @@ def log_datasets(tracker, inputs: list[DatasetInput], tries: int = 5) -> None:
                 raise
 
 
-class SystemMetrics:
-    """MLflow's CPU, memory, disk and GPU monitor (system/* metrics) for one run."""
+def system_metrics(tracker, on: bool):
+    """MLflow's CPU, memory, disk and GPU monitor (system/* metrics) for one run, started (its finish()
+    stops it); None when off."""
+    if not (on and tracker.enabled and tracker.run_id):
+        return None
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-    def __init__(self, tracker, on: bool):
-        self.monitor = None
-        if on and tracker.enabled and tracker.run_id:
-            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-            # every 10 s unless MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL says otherwise (MLflow reads it)
-            self.monitor = SystemMetricsMonitor(tracker.run_id, tracking_uri=tracker.uri, resume_logging=True)
-            self.monitor.start()
-
-    def stop(self) -> None:
-        if self.monitor is not None:
-            self.monitor.finish()
-            self.monitor = None
+    # every 10 s unless MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL says otherwise (MLflow reads it)
+    monitor = SystemMetricsMonitor(tracker.run_id, tracking_uri=tracker.uri, resume_logging=True)
+    monitor.start()
+    return monitor
 
 
 def copy_or_link(src: Path, dst: Path) -> None:

@@ -146,9 +146,6 @@ class Tracker:
             if tag in run.data.tags:
                 self.client.delete_tag(self.run_id, tag)
 
-    def status(self, run_id: str) -> str:
-        return self.client.get_run(run_id).info.status if self.enabled else ""
-
     def attach(self, run_id: str) -> "Tracker":
         """Write to an existing run (a sweep's parent) without touching its status."""
         self.run_id = run_id
