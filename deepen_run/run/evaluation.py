@@ -38,6 +38,8 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
     """
     from tqdm.auto import tqdm
 
+    from deepen_run.data.loaders import LongestFirst
+
     outs, refs = [], []
     quiet = desc is None or not accelerator.is_main_process or not interactive()  # no \r bars in a log file
     bar = tqdm(loader, desc=desc, leave=False, dynamic_ncols=True, disable=quiet)
@@ -54,8 +56,8 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
         outs.append(p.cpu())
         for key, value in (out.extras.items() if extras is not None else ()):
             extras.setdefault(key, []).append(accelerator.gather_for_metrics(value).cpu())
-    back = dataset_order(loader)
-    if back is not None:
+    if isinstance(loader.dataset, LongestFirst):  # its outputs back in dataset order: the inverse of its order
+        back = torch.argsort(torch.tensor(loader.dataset.order))
         outs, refs = restore(outs, back, "predictions"), restore(refs, back, "labels")
         for key, chunks in (extras or {}).items():
             extras[key] = restore(chunks, back, f"extras[{key!r}]")
@@ -63,7 +65,7 @@ def predict(model, accelerator, loader, spec, labels: bool = False, desc: str | 
 
 
 def restore(chunks: list, back: torch.Tensor, what: str) -> list:
-    """Gathered chunks in loader order -> one tensor in dataset order (`back`: dataset_order)."""
+    """Gathered chunks in loader order -> one tensor in dataset order (`back`: the inverse of the order)."""
     if not chunks:
         return []
     rows = torch.cat(chunks)
@@ -71,16 +73,6 @@ def restore(chunks: list, back: torch.Tensor, what: str) -> list:
         raise RuntimeError(f"{what}: {rows.shape[0]} rows gathered for {len(back)} examples; "
                            "extras must be tensors whose first dim is the batch")
     return [rows[back]]
-
-
-def dataset_order(loader) -> torch.Tensor | None:
-    """For a longest-first loader, the positions that put its outputs back in dataset order
-    (the inverse of its order); None for a loader already in dataset order."""
-    from deepen_run.data.loaders import LongestFirst
-
-    if not isinstance(loader.dataset, LongestFirst):
-        return None
-    return torch.argsort(torch.tensor(loader.dataset.order))
 
 
 

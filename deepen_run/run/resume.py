@@ -168,7 +168,6 @@ def _in_sweep() -> bool:
 
 
 def config_diff(then, now, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two plain config dicts."""
     out = []
     for k in dict.fromkeys([*then, *now]):
         a, b = then.get(k), now.get(k)

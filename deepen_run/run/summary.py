@@ -38,14 +38,6 @@ def store_args(uri: str, experiment: Optional[str] = None, flag: str = "--uri") 
     return out
 
 
-def from_environment(tracker) -> Optional[str]:
-    """The line saying MLflow's variables chose the store or experiment (none where they did not)."""
-    chosen = [f"{var} ({shown})" for var, value, shown in (
-        ("MLFLOW_TRACKING_URI", tracker.uri, mask_uri(tracker.uri)),
-        ("MLFLOW_EXPERIMENT_NAME", tracker.experiment, tracker.experiment)) if os.environ.get(var) == value]
-    return f"  tracking      from {', '.join(chosen)}" if chosen else None
-
-
 def text(tracker, home: Optional[Path]) -> str:
     run = tracker.client.get_run(tracker.run_id)
     metrics = run.data.metrics
@@ -53,8 +45,11 @@ def text(tracker, home: Optional[Path]) -> str:
     ui.apply(tracker.client, tracker.experiment_id, expand=run.data.tags.get("mlflow.parentRunId"))
     base, how = ui_hint(tracker.uri)
     lines = [f"run {run.info.run_name}  FINISHED  (id {tracker.run_id}, experiment {tracker.experiment})"]
-    if (env := from_environment(tracker)) is not None:
-        lines.append(env)
+    chosen = [f"{var} ({shown})" for var, value, shown in (  # MLflow's variables chose the store or experiment
+        ("MLFLOW_TRACKING_URI", tracker.uri, mask_uri(tracker.uri)),
+        ("MLFLOW_EXPERIMENT_NAME", tracker.experiment, tracker.experiment)) if os.environ.get(var) == value]
+    if chosen:
+        lines.append(f"  tracking      from {', '.join(chosen)}")
     if "eval/score" in metrics:
         per = "  ".join(f"{k[5:]} {v:.4f}" for k, v in evals.items() if k != "eval/best_score")
         lines.append(f"  eval/score {metrics['eval/score']:.4f}   {per}")

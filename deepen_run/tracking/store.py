@@ -241,6 +241,5 @@ def artifact_files(uri: str, run_id: str, folder: str) -> list[str]:
 
 
 def artifact_text(uri: str, run_id: str, path: str, dst: str) -> str:
-    """One artifact's text, downloaded into the folder `dst`."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per file: noise
     return Path(MlflowClient(tracking_uri=uri).download_artifacts(run_id, path, dst)).read_text()
