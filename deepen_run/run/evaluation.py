@@ -83,19 +83,21 @@ class Evaluation:
     preds: dict  # predictions
     refs: dict  # labels
     extras: dict  # {key: [tensors]}: the model's Output.extras in dev order (none: {})
+    flat: dict  # eval/<name>/<metric> and eval/score, as logged
 
 
 @torch.no_grad()
 def evaluate(model, accelerator, dev_loaders: dict, specs: dict) -> Evaluation:
     """dev_loaders: eval name -> loader; specs: eval name -> TaskSpec."""
     model.eval()
-    ev = Evaluation({}, {}, {}, {})
+    ev = Evaluation({}, {}, {}, {}, {})
     for name, loader in dev_loaders.items():
         ev.extras[name] = {}
         ev.preds[name], ev.refs[name] = predict(model, accelerator, loader, specs[name], labels=True,
                                                 desc=f"eval {name}", extras=ev.extras[name])
         ev.results[name] = glue_metrics.compute(name, ev.preds[name], ev.refs[name])
     model.train()
+    ev.flat = eval_metrics(ev.results, {name: spec.name for name, spec in specs.items()})
     return ev
 
 
@@ -117,9 +119,9 @@ def warn_undefined(results, seen: list, tracker, console) -> None:
         tracker.set_tags({"undefined_metrics": ",".join(seen)})
 
 
-def record(tracker, data: dict, ev: Evaluation, final: dict, total: int) -> None:
+def record(tracker, data: dict, ev: Evaluation, total: int) -> None:
     """metrics.json and dev predictions (idx, prediction, label) per eval set, as artifacts."""
-    tracker.log_dict({"step": total, **final, "per_task": ev.results}, "metrics.json")
+    tracker.log_dict({"step": total, **ev.flat, "per_task": ev.results}, "metrics.json")
     for d in data.values():
         for name, ds in d.dev.items():
             pred = ev.preds.get(name, [])

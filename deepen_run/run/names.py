@@ -41,13 +41,8 @@ def _value(v) -> str:
 
 def _linked(cfg) -> set[str]:
     """Method keys a backbone key interpolates (`duplicate_layers: ${method.layers}`)."""
-    out = set()
-    for key in cfg.backbone:
-        if OmegaConf.is_interpolation(cfg.backbone, key):
-            m = _LINK.match(str(OmegaConf.to_container(cfg.backbone)[key]))
-            if m:
-                out.add(m.group(1))
-    return out
+    raw = OmegaConf.to_container(cfg.backbone)  # unresolved: an interpolation is its ${...} text
+    return {m.group(1) for value in raw.values() if (m := _LINK.match(str(value)))}
 
 
 def method_options(cfg, omit=()) -> dict[str, str]:

@@ -51,16 +51,14 @@ def quiet_warnings() -> None:
                             category=UserWarning, module=r"joblib\.")
 
 
-def job_label() -> str:
-    """'[job 3] ' in a job of a sweep (Hydra's multirun), else ''."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
+def job_num() -> Optional[int]:
+    """This process's job number in a sweep (Hydra's multirun); None in a single run or outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-        hc = HydraConfig.get()
-        return f"[job {int(hc.job.num) + 1}] " if hc.mode == RunMode.MULTIRUN else ""
-    except (ValueError, ImportError, AttributeError, TypeError):  # not under Hydra (a library caller)
-        return ""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return int(HydraConfig.get().job.num)
 
 
 class TaskLosses:
@@ -82,7 +80,7 @@ class TaskLosses:
 
 
 def progress(total: int, initial: int = 0, disable: bool = False):
-    desc = job_label() + "train"
+    desc = ("" if (num := job_num()) is None else f"[job {num + 1}] ") + "train"
     if interactive():
         return tqdm(total=total, initial=initial, desc=desc, disable=disable, dynamic_ncols=True)
     return PlainProgress(total, initial, disable, desc)

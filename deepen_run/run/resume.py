@@ -26,6 +26,7 @@ from deepen_run.config.schema import ROOT, Config
 from deepen_run.errors import UserError
 from deepen_run.masking import mask_uri, secret_env_values
 from deepen_run.run.lifecycle import DirInUse, in_use
+from deepen_run.run.progress import job_num
 
 SAVED = Path(".hydra") / "config.yaml"  # Hydra's copy: the config of the LAST command in the dir
 
@@ -160,13 +161,6 @@ def check_dir(cfg, here: Path) -> None:
         _same_config(cfg, here)
 
 
-def _in_sweep() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
 def config_diff(then, now, prefix: str = "") -> list[str]:
     out = []
     for k in dict.fromkeys([*then, *now]):
@@ -238,7 +232,7 @@ def resolve(cfg) -> tuple:
             and not in_use(here) and latest(here) is None:
         return cfg, here  # killed before its first checkpoint: the same run again, from step 0
     if want in ("latest", "auto"):
-        home = find_latest(cfg, here, own_first=want == "auto", own_only=want == "auto" and _in_sweep())
+        home = find_latest(cfg, here, own_first=want == "auto", own_only=want == "auto" and job_num() is not None)
         if home is None and want == "auto":
             check_free(here)
             return cfg, None  # nothing to continue: a fresh run

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from deepen_run.errors import UserError
 from deepen_run.masking import mask_override, mask_string, secret_env_values
 from deepen_run.run.clean import JOBS_DIR
 from deepen_run.run.names import run_name
+from deepen_run.run.progress import job_num
 from deepen_run.run.stop import Stopped, StopFlag, check
 from deepen_run.sweep import summary
 from deepen_run.sweep.outcomes import previous, start_line, write_json
@@ -152,11 +152,6 @@ def pass_on(signum: int) -> None:
 
 def current_job() -> Optional[SweepJob]:
     """The sweep job this process runs, or None for a single run (or a sweep without the callback)."""
-    try:
-        hc = HydraConfig.get()
-    except ValueError:
-        return None
-    if hc.mode != RunMode.MULTIRUN:
-        return None
-    info = previous(Path(str(hc.sweep.dir)).resolve())
-    return SweepJob(info, int(hc.job.num), [str(o) for o in hc.overrides.task]) if info is not None else None
+    num = job_num()
+    info = previous(Path(str(HydraConfig.get().sweep.dir)).resolve()) if num is not None else None
+    return SweepJob(info, num, [str(o) for o in HydraConfig.get().overrides.task]) if info is not None else None

@@ -81,14 +81,14 @@ def git_commit() -> str:
 
 
 class Tracker:
-    def __init__(self, uri: str, experiment: str, enabled: bool = True):
+    def __init__(self, uri: str, experiment: str, enabled: bool = True, run_id: Optional[str] = None):
         self.uri, self.experiment, self.enabled = uri, experiment, enabled
         self.shown = mask_uri(uri)  # what a message may print: never a user:password@'s password
         if enabled and self.shown != uri:
             # MLflow's client prints "View run ... at: <uri with the password>" as a run ends; the
             # run's summary gives the same link, masked (run/summary.py).
             os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
-        self.run_id: Optional[str] = None
+        self.run_id = run_id  # given: writes go to that existing run (a sweep's parent), its status untouched
         self.logged: dict[str, set[int]] = {}  # (metric, step) pairs a resumed run already has
         self.params_logged: set[str] = set()  # params are write-once: a resume logs only new keys
         self.inputs_linked = False  # a resumed run's dataset inputs are there (resume() reads it)
@@ -145,11 +145,6 @@ class Tracker:
         for tag in ("error", "interrupted", "resume_error", "sweep_failed", "stopped_before_first_step"):
             if tag in run.data.tags:
                 self.client.delete_tag(self.run_id, tag)
-
-    def attach(self, run_id: str) -> "Tracker":
-        """Write to an existing run (a sweep's parent) without touching its status."""
-        self.run_id = run_id
-        return self
 
     @_recorded
     def log_params(self, params: dict[str, Any]) -> None:
