@@ -10,7 +10,7 @@ from typing import Any
 class Output:
     """What a method's forward returns. extras: whatever else the method hands out per example
     (HIRE: its layer importances "alpha", (B, J)), each a tensor whose first dim is the batch; the
-    shared prediction loop (deepen_run/run/predict.py) gathers them in dev order during evaluation, so a
+    shared prediction loop (deepen_run/run/evaluation.py) gathers them in dev order during evaluation, so a
     method's report needs no second pass over the dev set and no state left on the module."""
 
     logits: Any

@@ -81,7 +81,7 @@ def test_longest_first_evaluation_gives_predictions_labels_in_dataset_order(glue
     from deepen_run.methods import METHODS
     from deepen_run.precision import resolve
     from deepen_run.run.fast import make_accelerator
-    from deepen_run.run.predict import predict
+    from deepen_run.run.evaluation import predict
 
     cfg = make_cfg("backbone=tiny", "task=stsb", f"data.glue_dir={glue_dir}", "data.max_eval_samples=40",
                    f"data.cache_dir={tmp_path}")

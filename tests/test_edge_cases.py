@@ -467,7 +467,7 @@ def test_a_run_records_its_config_before_its_run_file(tmp_path, glue_dir, monkey
         raise SystemExit("killed while writing run.json")
 
     monkeypatch.setattr(runner, "current_dir", lambda: home)
-    monkeypatch.setattr(runner.runfile, "write_run_file", died)
+    monkeypatch.setattr(runner.resume, "write_run_file", died)
     with pytest.raises(SystemExit):
         runner.run(cfg, check(cfg))
     assert not (home / "run.json").exists()

@@ -251,7 +251,7 @@ def test_a_run_stopped_before_its_first_step_resumes_into_a_whole_record(tmp_pat
     runs it from step 0 as the same run, which ends FINISHED without that tag and with its GLUE files."""
     uri, run = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "run"
     a = [*TINY, "train.max_steps=4", f"data.glue_dir={glue_dir}", f"hydra.run.dir={run}", f"tracking.uri={uri}"]
-    r = signalled_at("deepen_run.run.runfile:write_run_file", *a)
+    r = signalled_at("deepen_run.run.resume:write_run_file", *a)
     assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
     client, (killed,) = runs_of(uri)
     assert killed.info.status == "KILLED" and killed.data.tags.get("stopped_before_first_step") == "true"

@@ -18,7 +18,7 @@ from deepen_run.run.fast import make_accelerator
 from deepen_run.data.glue import get_tasks
 from deepen_run.methods.hire.report import snippet
 from deepen_run.methods.hire import model as hire
-from deepen_run.run.predict import batch_inputs
+from deepen_run.run.evaluation import batch_inputs
 from deepen_run.tracking.store import Tracker
 
 TASKS = ["sst2", "stsb"]

@@ -231,7 +231,7 @@ def make_loader(ds: datasets.Dataset, tokenizer, batch_size: int, shuffle: bool,
 
 class LongestFirst(torch.utils.data.Dataset):
     """A dataset's rows, longest example first; `order[i]` is the dataset row at position i.
-    run/predict.py finds it as a loader's dataset (kept by Accelerate's prepare, on every process)
+    run/evaluation.py finds it as a loader's dataset (kept by Accelerate's prepare, on every process)
     and puts the outputs back in dataset order."""
 
     def __init__(self, ds: datasets.Dataset):

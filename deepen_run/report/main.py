@@ -256,7 +256,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 parents = find_runs(a.uri, a.experiment, {"sweep_id": sid, "sweep_role": "parent"})
                 if not parents:
                     raise UserError(f"sweep {sid} has no parent run in {a.experiment!r}")
-                log_to_run(table, Tracker(a.uri, a.experiment).attach(parents[0]["run_id"]))
+                log_to_run(table, Tracker(a.uri, a.experiment, run_id=parents[0]["run_id"]))
                 print(f"logged report/ to parent run {parents[0]['run_id']} (sweep {sid})", file=info)
         if a.register:
             from deepen_run.report.register import register

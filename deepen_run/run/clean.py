@@ -19,7 +19,7 @@ JOBS_DIR = "deepen_jobs"
 
 # Entries a run dir or sweep dir of ours may hold; anything else marks a folder as the user's.
 # data_fingerprint.json: deepen_run/data/fingerprint.py's FILE (named here: this module is stdlib-only).
-RUN_FILE, RUN_CONFIG = "run.json", "run_config.yaml"  # run/runfile.py's record, run/resume.py's config
+RUN_FILE, RUN_CONFIG = "run.json", "run_config.yaml"  # run/resume.py's record and config
 RUN_RECORDS = (RUN_FILE, RUN_CONFIG)
 SWEEP_RECORDS = ("multirun.yaml", SWEEP_FILE, JOBS_DIR)
 LOGS = ("cli.log", "probe_cli.log")  # Hydra's job logs: deepen-run's, deepen-probe's (conf/probe.yaml)
@@ -97,7 +97,7 @@ def clean(outputs: Path, store: bool = False) -> list[Path]:
     that hold only what deepen-run writes, the tokenization cache's files, and with store=True the
     MLflow store and the scripts' outputs. A folder with anything else in it is kept and named; a link
     is never followed (deepen_run/safe_fs.py): it stays, named."""
-    removed, kept, left, dirs, busy = [], [], [], [], []
+    removed, left, dirs = [], [], []  # left: what stays, each said in a line
     for base in ("runs", "multiruns"):
         if link_on_the_way(outputs / base, outputs):
             left.append(f"{outputs / base} is a link: not followed, left as it is")
@@ -108,7 +108,7 @@ def clean(outputs: Path, store: bool = False) -> list[Path]:
             elif d.is_dir() and _only_ours(d):
                 dirs.append(d)
             else:
-                kept.append(d)
+                left.append(f"{d}: it holds files deepen-run did not make")
     cache = outputs / "cache"
     if cache.is_symlink():
         left.append(f"{cache} is a link: not followed, left as it is")
@@ -123,16 +123,12 @@ def clean(outputs: Path, store: bool = False) -> list[Path]:
     for d in dirs:  # each run or sweep dir removed while its locks are ours: none is in use meanwhile
         with ExitStack() as locks:
             if not hold_locks(d, locks):
-                busy.append(d)
+                left.append(f"{d}: a run or sweep is using it (its lock is held); stop it first, or clean later")
                 continue
             why = remove(d, outputs)
             (left.append(why) if why else gone.append(d))
     for folder in [*(outputs / b for b in ("runs", "multiruns")), cache]:
         remove_empty_dirs(folder, outputs)
-    for d in kept:
-        print(f"kept {d}: it holds files deepen-run did not make")
-    for d in busy:
-        print(f"kept {d}: a run or sweep is using it (its lock is held); stop it first, or clean later")
     for line in left:
         print(f"kept {line}")
     return gone

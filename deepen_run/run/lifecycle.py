@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
+from psutil import pid_exists  # another user's live process counts too
+
 from deepen_run.errors import UserError
 from deepen_run.masking import mask_string, secret_env_values
 
@@ -35,21 +37,11 @@ def provenance() -> dict[str, str]:
     return tags
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, another user's
-        pass
-    return True
-
-
 def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> list[str]:
     """End KILLED this experiment's RUNNING runs (sweep parents too) whose process on this host is gone
     (SIGKILL, a second signal, OOM, power loss). where: an extra search clause (a sweep's own children);
     wait_s: how long live processes may take to end their runs first (a stopped sweep's jobs are saving);
-    note(run_id, tags): what the dead run left to continue from (runfile.orphan_note), for its error tag."""
+    note(run_id, tags): what the dead run left to continue from (resume.orphan_note), for its error tag."""
     if not tracker.enabled:
         return []
     host = socket.gethostname()
@@ -58,12 +50,12 @@ def reap_orphans(tracker, where: str = "", wait_s: float = 0.0, note=None) -> li
     mine = {r.info.run_id: int(r.data.tags["pid"]) for r in runs
             if r.data.tags.get("host") == host and r.data.tags.get("pid", "").isdigit()}
     deadline = time.time() + wait_s
-    while time.time() < deadline and any(alive(p) and p != os.getpid() for p in mine.values()):
+    while time.time() < deadline and any(pid_exists(p) and p != os.getpid() for p in mine.values()):
         time.sleep(0.5)
     dead = []
     for r in runs:
         pid = r.data.tags.get("pid", "")
-        if r.info.run_id in mine and int(pid) != os.getpid() and not alive(int(pid)) \
+        if r.info.run_id in mine and int(pid) != os.getpid() and not pid_exists(int(pid)) \
                 and tracker.client.get_run(r.info.run_id).info.status == "RUNNING":
             tracker.client.set_tag(r.info.run_id, "error", f"process {pid} exited without ending the run "
                                    f"(SIGKILL, a second Ctrl-C or signal, out of memory or power loss); "

@@ -41,13 +41,8 @@ def _value(v) -> str:
 
 def _linked(cfg) -> set[str]:
     """Method keys a backbone key interpolates (`duplicate_layers: ${method.layers}`)."""
-    out = set()
-    for key in cfg.backbone:
-        if OmegaConf.is_interpolation(cfg.backbone, key):
-            m = _LINK.match(str(OmegaConf.to_container(cfg.backbone)[key]))
-            if m:
-                out.add(m.group(1))
-    return out
+    raw = OmegaConf.to_container(cfg.backbone)  # unresolved: an interpolation is its ${...} text
+    return {m.group(1) for value in raw.values() if (m := _LINK.match(str(value)))}
 
 
 def method_options(cfg, omit=()) -> dict[str, str]:
@@ -122,11 +117,6 @@ def schedule_name(s) -> str:
     return f"{s.name}({','.join(changed)})" if changed else str(s.name)
 
 
-def method_part(cfg, omit=()) -> str:
-    opts = method_options(cfg, omit)
-    return str(cfg.method.name) + (f"({','.join(f'{k}={v}' for k, v in opts.items())})" if opts else "")
-
-
 def run_name(cfg, omit=()) -> str:
     """tracking.run_name, else the default name above; `omit`: dotted keys not to say (a sweep's
     swept keys, said before the name)."""
@@ -139,7 +129,9 @@ def default_name(cfg, omit=()) -> str:
     tasks = "+".join(cfg.task.names)
     sched = f"-{schedule_name(cfg.schedule)}" if len(cfg.task.names) > 1 else ""
     seed = "" if "seed" in omit else f"-s{cfg.seed}"
-    return f"{backbone_part(cfg, omit)}-{method_part(cfg, omit)}-{tasks}{sched}{seed}"
+    opts = method_options(cfg, omit)
+    method = str(cfg.method.name) + (f"({','.join(f'{k}={v}' for k, v in opts.items())})" if opts else "")
+    return f"{backbone_part(cfg, omit)}-{method}-{tasks}{sched}{seed}"
 
 
 def model_name(cfg) -> str:

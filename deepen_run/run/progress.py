@@ -19,6 +19,8 @@ import warnings
 from contextlib import contextmanager
 from typing import IO, Optional
 
+from tqdm.auto import tqdm
+
 PLAIN_LINES = 20  # lines per run, off a terminal
 PLAIN_EVERY_S = 300.0
 
@@ -49,16 +51,14 @@ def quiet_warnings() -> None:
                             category=UserWarning, module=r"joblib\.")
 
 
-def job_label() -> str:
-    """'[job 3] ' in a job of a sweep (Hydra's multirun), else ''."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
+def job_num() -> Optional[int]:
+    """This process's job number in a sweep (Hydra's multirun); None in a single run or outside Hydra."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-        hc = HydraConfig.get()
-        return f"[job {int(hc.job.num) + 1}] " if hc.mode == RunMode.MULTIRUN else ""
-    except (ValueError, ImportError, AttributeError, TypeError):  # not under Hydra (a library caller)
-        return ""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return int(HydraConfig.get().job.num)
 
 
 class TaskLosses:
@@ -80,10 +80,8 @@ class TaskLosses:
 
 
 def progress(total: int, initial: int = 0, disable: bool = False):
-    desc = job_label() + "train"
+    desc = ("" if (num := job_num()) is None else f"[job {num + 1}] ") + "train"
     if interactive():
-        from tqdm.auto import tqdm
-
         return tqdm(total=total, initial=initial, desc=desc, disable=disable, dynamic_ncols=True)
     return PlainProgress(total, initial, disable, desc)
 
@@ -122,15 +120,8 @@ class PlainProgress:
         rate = (self.n - self.first) / max(now - self.t0, 1e-9)
         eta = (self.total - self.n) / rate if rate > 0 else float("nan")
         extra = "".join(f"  {k} {v}" for k, v in self.postfix.items())
-        print(f"{self.desc} step {self.n}/{self.total}{extra}  {rate:.2f} it/s  ETA {_clock(eta)}",
-              file=sys.stderr, flush=True)
-
-
-def _clock(s: float) -> str:
-    if s != s:
-        return "?"
-    s = int(round(s))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+        clock = tqdm.format_interval(eta) if eta == eta else "?"
+        print(f"{self.desc} step {self.n}/{self.total}{extra}  {rate:.2f} it/s  ETA {clock}", file=sys.stderr, flush=True)
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # cursor moves of nested bars mean nothing in a file

@@ -11,11 +11,10 @@ from typing import Optional
 
 from deepen_run.data.fingerprint import save_fingerprint
 from deepen_run.run import checkpoint as ck
-from deepen_run.run import runfile, summary
+from deepen_run.run import resume, summary
 from deepen_run.run.lifecycle import provenance
-from deepen_run.run.resume import save_run_config
 from deepen_run.run.stop import Stopped
-from deepen_run.tracking.models import SystemMetrics
+from deepen_run.tracking.models import system_metrics
 from deepen_run.tracking.store import TrackingLost
 from deepen_run.util import first_line, phase
 
@@ -29,7 +28,7 @@ class RunRecord:
                  main_process: bool):
         self.cfg, self.tasks, self.tracker, self.home, self.name, self.tags = cfg, tasks, tracker, home, name, tags
         self.run_id, self.main_process = run_id, main_process
-        self.before = tracker.status(run_id) if run_id else ""
+        self.before = tracker.client.get_run(run_id).info.status if run_id and tracker.enabled else ""
         self.restored = not run_id
         self.saver: Optional[ck.Checkpointer] = None
         self.monitor = None
@@ -38,13 +37,13 @@ class RunRecord:
         cfg, tracker = self.cfg, self.tracker
         where = {"run_dir": str(self.home)} if self.home is not None else {}  # what the orphan reaper reads
         if not self.run_id:  # before run.json: a SIGKILL between the two must not leave a run whose config
-            save_run_config(self.home, cfg)  # a resume reads from Hydra's copy (which lacks a sweep job's name)
+            resume.save_run_config(self.home, cfg)  # a resume reads from Hydra's copy (which lacks a sweep job's name)
         tracker.start(self.name, self.tags | provenance() | where, run_id=self.run_id)
         try:  # from here on, whatever fails (a full disk writing run.json) ends the run
-            runfile.write_run_file(self.home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
+            resume.write_run_file(self.home, tracker.run_id, cfg.tracking.uri, cfg.tracking.experiment)
             if not self.run_id:
                 save_fingerprint(self.home, cfg, self.tasks)
-            self.monitor = SystemMetrics(tracker, cfg.tracking.system_metrics)
+            self.monitor = system_metrics(tracker, cfg.tracking.system_metrics)
             if self.run_id:  # a resume: same run, RUNNING again; nothing it already logged is logged twice
                 tracker.resume()
         except BaseException as e:
@@ -69,13 +68,13 @@ class RunRecord:
                 self.tracker.set_tags({"error" if self.restored else "resume_error": first_line(error, 5000)})
         finally:
             if self.monitor is not None:
-                self.monitor.stop()
+                self.monitor.finish()
             try:
                 self.tracker.end(status)
             except TrackingLost:
                 status = "FAILED"  # run.json says how it ended when MLflow cannot
             if self.main_process:
-                runfile.finish(self.home, status)
+                resume.finish(self.home, status)
                 if status == "FINISHED":
                     summary.show(self.tracker, self.home)
             phase("ended")

@@ -4,25 +4,70 @@ resume=<run dir>, resume=true, resume=auto). A run's starting config is saved on
 cannot say what the run was (older runs without run_config.yaml fall back to it). The resumed run keeps
 writing checkpoints (and run.json) in its original dir; the dir Hydra makes for the resuming command
 holds only its log.
+
+run.json is a run dir's record of its MLflow run: the run id, the store (password masked), the experiment
+and the status. A resume continues that run, not a new one; the run-dir guard and the orphan reaper
+read it too. Written whole (a temporary file, then renamed), never half.
 """
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Optional
 
 from omegaconf import OmegaConf
 
-from deepen_run.run.checkpoint import latest, usable
-from deepen_run.run.clean import RUN_CONFIG  # ours: the config the run started with, written once
+from deepen_run.run.checkpoint import latest, steps_of, usable
+from deepen_run.run.clean import RUN_CONFIG, RUN_FILE  # run_config.yaml: the config the run started with, written once
 from deepen_run.config.redact import restore_masked, scrub
 from deepen_run.config.schema import ROOT, Config
 from deepen_run.errors import UserError
-from deepen_run.masking import secret_env_values
+from deepen_run.masking import mask_uri, secret_env_values
 from deepen_run.run.lifecycle import DirInUse, in_use
-from deepen_run.run.runfile import read_run_file
+from deepen_run.run.progress import job_num
 
 SAVED = Path(".hydra") / "config.yaml"  # Hydra's copy: the config of the LAST command in the dir
+
+
+def read_run_file(home: Path) -> dict:
+    f = home / RUN_FILE
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def write_run_file(home: Optional[Path], run_id: str, uri: str, experiment: str, status: str = "RUNNING") -> None:
+    if home is not None and run_id:  # a record on disk: no user:password@'s password
+        tmp = home / f".{RUN_FILE}.tmp"  # then renamed: a full disk leaves the old run.json, never half of one
+        tmp.write_text(json.dumps({"run_id": run_id, "tracking_uri": mask_uri(uri), "experiment": experiment,
+                                   "status": status}))
+        tmp.replace(home / RUN_FILE)
+
+
+def finish(home: Optional[Path], status: str) -> None:
+    """Record how the run ended; a FINISHED run drops its full-state checkpoints (optimizer state is
+    twice the model, and a finished schedule cannot be continued) and keeps checkpoints/best."""
+    info = read_run_file(home) if home is not None else {}
+    if not info:
+        return
+    write_run_file(home, info["run_id"], info["tracking_uri"], info["experiment"], status)
+    if status == "FINISHED":
+        for _, p in steps_of(home):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def orphan_note(run_id: str, tags: dict) -> str:
+    """What a dead run left to continue from, said truthfully; its run.json is marked KILLED too."""
+    if tags.get("sweep_role") == "parent":
+        return "rerun the sweep's command with resume=auto to continue it"
+    home = Path(tags["run_dir"]) if tags.get("run_dir") else None
+    if home is None or read_run_file(home).get("run_id") != run_id:
+        return "resume=auto in its run dir continues it"
+    finish(home, "KILLED")
+    last = latest(home)
+    if last is None:
+        return f"no checkpoint was saved; resume=auto in {home} runs it again from step 0 as the same run"
+    return f"resume=auto in {home} continues it from its checkpoint {last.name}"
 
 
 def wanted(value) -> Optional[str]:
@@ -116,15 +161,7 @@ def check_dir(cfg, here: Path) -> None:
         _same_config(cfg, here)
 
 
-def _in_sweep() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
 def config_diff(then, now, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two plain config dicts."""
     out = []
     for k in dict.fromkeys([*then, *now]):
         a, b = then.get(k), now.get(k)
@@ -186,18 +223,16 @@ def _check_overrides(cfg, saved, home: Path) -> None:
 
 def resolve(cfg) -> tuple:
     """(config to run, run dir to resume or None)."""
-    want = wanted(cfg.resume)
-    here = current_dir()
+    want, here = wanted(cfg.resume), current_dir()
+    if here is not None:  # what the run-dir guard asked before Hydra wrote there; a sweep's job is asked here
+        check_dir(cfg, here)  # this dir's own run: a changed override is named, not silently skipped
     if want is None:
-        check_free(here)
         return cfg, None
     if want == "auto" and here is not None and read_run_file(here).get("status") not in (None, "FINISHED") \
-            and not in_use(here):
-        _same_config(cfg, here)  # this dir's own run: a changed override is named, not silently skipped
-        if latest(here) is None:
-            return cfg, here  # killed before its first checkpoint: the same run again, from step 0
+            and not in_use(here) and latest(here) is None:
+        return cfg, here  # killed before its first checkpoint: the same run again, from step 0
     if want in ("latest", "auto"):
-        home = find_latest(cfg, here, own_first=want == "auto", own_only=want == "auto" and _in_sweep())
+        home = find_latest(cfg, here, own_first=want == "auto", own_only=want == "auto" and job_num() is not None)
         if home is None and want == "auto":
             check_free(here)
             return cfg, None  # nothing to continue: a fresh run

@@ -3,7 +3,7 @@
 `RunDirGuard`, a Hydra callback (conf/config.yaml), refuses a folder holding files we did not make, a
 dir held by a live run and another run's dir before Hydra rewrites its `.hydra/` and log, and after a
 pre-flight error removes what this attempt created (judged by a listing taken before Hydra made
-anything). run.json, the run's record, is run/runfile.py's; `make clean` is run/clean.py (the standard
+anything). run.json, the run's record, is run/resume.py's; `make clean` is run/clean.py (the standard
 library only).
 """
 from __future__ import annotations

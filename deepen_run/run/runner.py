@@ -10,7 +10,7 @@ from __future__ import annotations
 from accelerate.utils import set_seed
 from omegaconf import OmegaConf
 
-from deepen_run.run import runfile
+from deepen_run.run import resume
 from deepen_run.model import steps as backbone_steps
 from deepen_run.errors import UserError
 from deepen_run.run.progress import quiet_libraries
@@ -25,6 +25,7 @@ from deepen_run.config.redact import public_config
 from deepen_run.precision import resolve
 from deepen_run.run.resume import current_dir
 from deepen_run.serve import publish
+from deepen_run.tracking.models import run_exists
 from deepen_run.tracking.store import Tracker, flatten
 from deepen_run.run.context import RunState
 from deepen_run.util import phase
@@ -41,9 +42,10 @@ def run(cfg, tasks: list, resume_home=None, tags: dict[str, str] | None = None) 
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, enabled=accelerator.is_main_process)
     tracker.check()
     if "sweep_id" not in (tags or {}):  # a sweep's launcher looks for dead runs once, for all its jobs
-        reap_orphans(tracker, note=runfile.orphan_note)
-    run_id = runfile.read_run_file(resume_home).get("run_id") if resume_home else None
-    if run_id and not tracker.has_run(run_id):  # before any weights load: MLflow would say "not found" in 55 lines
+        reap_orphans(tracker, note=resume.orphan_note)
+    run_id = resume.read_run_file(resume_home).get("run_id") if resume_home else None
+    # Before any weights load: MLflow would say "not found" in 55 lines.
+    if run_id and tracker.enabled and not run_exists(tracker.uri, run_id):
         raise UserError(f"resume: run {run_id} of {resume_home} is not in the MLflow store {tracker.shown} (deleted "
                         "or replaced since); restore that store to continue it, or start afresh: the same command "
                         "without resume and with another hydra.run.dir")

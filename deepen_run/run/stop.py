@@ -6,7 +6,9 @@ signal of the same kind restores the default disposition and re-raises it: the p
 """
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Optional
@@ -26,11 +28,13 @@ class Stopped(Exception):
 
 class StopFlag:
     """The process's handler for SIGNALS while a run (or a sweep job) is going. stop_file: a sweep's
-    STOP file, written by its launcher when the launcher was stopped (jobs on other machines)."""
+    STOP file, written by its launcher when the launcher was stopped (jobs on other machines). parent:
+    a worker's launcher (loky, submitit_local); if it dies alone (SIGKILL), the job stops as on SIGTERM
+    and the worker then ends (sweep/jobs.py) instead of idling on."""
 
-    def __init__(self, stop_file: Optional[Path] = None):
+    def __init__(self, stop_file: Optional[Path] = None, parent: Optional[int] = None):
         self.signum: Optional[int] = None
-        self.stop_file = stop_file
+        self.stop_file, self.parent = stop_file, parent
         self.previous: dict = {}  # the handlers replaced: given back by uninstall (a launcher's, submitit's)
 
     def install(self) -> "StopFlag":
@@ -51,6 +55,9 @@ class StopFlag:
 
     def requested(self) -> Optional[int]:
         """The signal that asked to stop, from this process or the sweep's launcher, or None."""
+        if self.signum is None and self.parent is not None and os.getppid() != self.parent:
+            print(f"deepen-run: the sweep's launcher (pid {self.parent}) is gone; stopping this job", file=sys.stderr)
+            self.signum = signal.SIGTERM
         if self.signum is None and self.stop_file is not None and self.stop_file.exists():
             name = self.stop_file.read_text().strip()
             self.signum = getattr(signal.Signals, name, signal.SIGTERM).value

@@ -43,7 +43,7 @@ def write(model, accelerator, tracker, data: dict, tokenizer, batch_size: int) -
     """Predict every loaded test split, log submission/<stem>.tsv and the zip of them all; returns
     rows per file."""
     from deepen_run.data.loaders import eval_loader
-    from deepen_run.run.predict import predict  # torch: deepen-report reads this module's names without it
+    from deepen_run.run.evaluation import predict  # torch: deepen-report reads this module's names without it
 
     rows, files = {}, {}
     was_training = model.training

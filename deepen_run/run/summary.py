@@ -8,12 +8,12 @@ import os
 import shlex
 from pathlib import Path
 from typing import Optional
-from urllib.parse import unquote, urlparse
 
 from deepen_run.config.schema import local_store
 from deepen_run.masking import mask_uri
 from deepen_run.serve.table import predict_args
 from deepen_run.tracking import ui
+from deepen_run.tracking.models import local_dir
 
 DEFAULT_STORE = local_store()  # what the tools read with neither an option nor MLFLOW_TRACKING_URI
 DEFAULT_EXPERIMENT = "deepen-run"
@@ -38,18 +38,6 @@ def store_args(uri: str, experiment: Optional[str] = None, flag: str = "--uri") 
     return out
 
 
-def local_path(uri: str) -> str:
-    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
-
-
-def from_environment(tracker) -> Optional[str]:
-    """The line saying MLflow's variables chose the store or experiment (none where they did not)."""
-    chosen = [f"{var} ({shown})" for var, value, shown in (
-        ("MLFLOW_TRACKING_URI", tracker.uri, mask_uri(tracker.uri)),
-        ("MLFLOW_EXPERIMENT_NAME", tracker.experiment, tracker.experiment)) if os.environ.get(var) == value]
-    return f"  tracking      from {', '.join(chosen)}" if chosen else None
-
-
 def text(tracker, home: Optional[Path]) -> str:
     run = tracker.client.get_run(tracker.run_id)
     metrics = run.data.metrics
@@ -57,8 +45,11 @@ def text(tracker, home: Optional[Path]) -> str:
     ui.apply(tracker.client, tracker.experiment_id, expand=run.data.tags.get("mlflow.parentRunId"))
     base, how = ui_hint(tracker.uri)
     lines = [f"run {run.info.run_name}  FINISHED  (id {tracker.run_id}, experiment {tracker.experiment})"]
-    if (env := from_environment(tracker)) is not None:
-        lines.append(env)
+    chosen = [f"{var} ({shown})" for var, value, shown in (  # MLflow's variables chose the store or experiment
+        ("MLFLOW_TRACKING_URI", tracker.uri, mask_uri(tracker.uri)),
+        ("MLFLOW_EXPERIMENT_NAME", tracker.experiment, tracker.experiment)) if os.environ.get(var) == value]
+    if chosen:
+        lines.append(f"  tracking      from {', '.join(chosen)}")
     if "eval/score" in metrics:
         per = "  ".join(f"{k[5:]} {v:.4f}" for k, v in evals.items() if k != "eval/best_score")
         lines.append(f"  eval/score {metrics['eval/score']:.4f}   {per}")
@@ -74,7 +65,7 @@ def text(tracker, home: Optional[Path]) -> str:
                      f"{store_args(tracker.uri, flag='--tracking-uri')} {predict_args(run.data.tags.get('task', ''))}; "
                      "docs/use-a-model.md)")
     names = [a.path + ("/" if a.is_dir else "") for a in tracker.client.list_artifacts(tracker.run_id)]
-    lines.append(f"  artifacts     {local_path(run.info.artifact_uri)}  ({', '.join(names)})")
+    lines.append(f"  artifacts     {local_dir(run.info.artifact_uri) or run.info.artifact_uri}  ({', '.join(names)})")
     lines.append(f"  MLflow UI     {ui.run_url(base, tracker.experiment_id, tracker.run_id)}  ({how})")
     return "\n".join(lines)
 

@@ -37,13 +37,6 @@ def cgroup_quota(root: Path = CGROUP) -> Optional[float]:
         return None
 
 
-def affinity() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def choose_threads(environ: Mapping[str, str] = os.environ, cpus: Optional[int] = None,
                    quota: Optional[float] = -1.0) -> tuple[int, str]:
     """-> (intra-op threads, why). cpus: the affinity's size (default: this process's); quota: the
@@ -51,7 +44,8 @@ def choose_threads(environ: Mapping[str, str] = os.environ, cpus: Optional[int] 
     given = environ.get("OMP_NUM_THREADS", "").strip()
     if given.isdigit() and int(given) > 0:
         return int(given), f"OMP_NUM_THREADS={given}"
-    cpus = affinity() if cpus is None else cpus
+    if cpus is None:  # os.sched_getaffinity: Linux only
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     quota = cgroup_quota() if quota == -1.0 else quota
     usable = cpus if quota is None else max(1, min(cpus, math.floor(quota)))
     local = environ.get("LOCAL_WORLD_SIZE", "1").strip()

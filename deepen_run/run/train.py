@@ -20,7 +20,7 @@ from deepen_run.model import steps as backbone_steps
 from deepen_run.run import submission
 from deepen_run.run.context import RunState
 from deepen_run.errors import NonFiniteLoss
-from deepen_run.run.evaluation import Evaluation, eval_metrics, evaluate, record, warn_undefined
+from deepen_run.run.evaluation import Evaluation, batch_inputs, evaluate, record, warn_undefined
 from deepen_run.run.fast import use_dropout_masks, use_unpad
 from deepen_run.run.bookkeeping import Bookkeeping, EarlyStop, log_run_records
 from deepen_run.run.optim import optimizer_for, optimizer_impl, scheduler_for
@@ -28,7 +28,6 @@ from deepen_run.run.threads import set_threads
 from deepen_run.run.stop import check
 from deepen_run.methods import hook
 from deepen_run.model.heads import task_loss
-from deepen_run.run.predict import batch_inputs
 from deepen_run.data.sampling import TaskSampler, epoch_length, total_steps
 from deepen_run.util import phase
 
@@ -112,12 +111,12 @@ def fit(r: RunState) -> dict:
         book.join()
 
 
-def evaluate_at(r: RunState, book: Bookkeeping, stopper: EarlyStop, step: int) -> tuple[dict, Evaluation]:
+def evaluate_at(r: RunState, book: Bookkeeping, stopper: EarlyStop, step: int) -> Evaluation:
     """The loop's evaluation at `step`, counted by early stopping (which may end the run here: r.total
-    becomes `step`), then marked done in the checkpoint of `step`. -> (flat metrics, evaluation)."""
+    becomes `step`), then marked done in the checkpoint of `step`."""
     book.join()  # the metric imports end first (glue_metrics.preload says why)
     last = evaluate_and_keep(r, step)
-    score = last[0].get("eval/score", float("nan"))
+    score = last.flat.get("eval/score", float("nan"))
     book.bar.set_postfix(score=f"{score:.4f}")
     if stopper.update(score, step, r.total):
         r.total = stopper.record(r.tracker, r.total, lambda m: r.accelerator.is_main_process and
@@ -126,17 +125,17 @@ def evaluate_at(r: RunState, book: Bookkeeping, stopper: EarlyStop, step: int) -
     return last
 
 
-def final_record(r: RunState, last: tuple[dict, Evaluation] | None, t0: float) -> dict:
+def final_record(r: RunState, last: Evaluation | None, t0: float) -> dict:
     """After the last step: its evaluation (made now if a resume starts at the last step), the best
     weights if model_selection=best, the record, the test-set submission, the after_train hook.
     The tail may be stopped too: the checkpoint of the last step saved on the way out lets
     resume=auto complete this same run."""
-    final, ev = last or evaluate_and_keep(r, r.total)
+    ev = last or evaluate_and_keep(r, r.total)
     if r.cfg.train.model_selection == "best":
-        final, ev = select_best(r, final, ev)
+        ev = select_best(r, ev)
     phase("eval")
     r.tracker.log_metrics({"train/runtime_s": time.time() - t0}, r.total)
-    record(r.tracker, r.data, ev, final, r.total)
+    record(r.tracker, r.data, ev, r.total)
     if r.cfg.predict:
         rows = submission.write(r.model, r.accelerator, r.tracker, r.data, r.tokenizer,
                                 r.cfg.train.eval_batch_size)
@@ -146,7 +145,7 @@ def final_record(r: RunState, last: tuple[dict, Evaluation] | None, t0: float) -
     backbone_steps.after_train(r.accelerator.unwrap_model(r.model).backbone, r)  # e.g. DWA's weights (#59)
     hook(r.method, "after_train")(r.accelerator.unwrap_model(r.model), r)
     phase("recorded")
-    return final
+    return ev.flat
 
 
 def train_step(r: RunState, task: str, batch: dict, step: int) -> torch.Tensor:
@@ -171,32 +170,26 @@ def train_step(r: RunState, task: str, batch: dict, step: int) -> torch.Tensor:
     return loss.detach()
 
 
-def evaluate_dev(r: RunState) -> tuple[dict, Evaluation]:
-    """Every dev set through the model: -> (flat eval/* metrics, the evaluation). Nothing else."""
-    ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)  # a stop acts between its batches
-    return eval_metrics(ev.results, {name: s.name for name, s in r.eval_specs.items()}), ev
-
-
-def select_best(r: RunState, final: dict, ev: Evaluation) -> tuple[dict, Evaluation]:
+def select_best(r: RunState, ev: Evaluation) -> Evaluation:
     """train.model_selection=best: the weights of the best evaluation back in the model and evaluated
     again; that evaluation is the run's result, logged at the last step after the final one (MLflow's
     latest value at a step is the last logged), as the Trainer's load_best_model_at_end then evaluate."""
     step = r.saver.best_step
     r.tracker.set_tags({"selected_step": str(step)})
     if step is None or step == r.total:
-        return final, ev  # the last evaluation is the best: the model holds its weights
+        return ev  # the last evaluation is the best: the model holds its weights
     r.saver.load_best(r.accelerator.unwrap_model(r.model))
-    flat, ev = evaluate_dev(r)
+    ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)
     # again: a resumed run's killed attempt may have logged the last step's own evaluation already
-    r.tracker.log_metrics(flat | {"eval/best_score": r.saver.best}, r.total, again=True)
-    return flat, ev
+    r.tracker.log_metrics(ev.flat | {"eval/best_score": r.saver.best}, r.total, again=True)
+    return ev
 
 
-def evaluate_and_keep(r: RunState, step: int) -> tuple[dict, Evaluation]:
-    """The loop's evaluation at `step`: evaluate, keep the best weights, log eval/* (and warn once
-    of an undefined metric). -> (flat metrics, evaluation)."""
-    flat, ev = evaluate_dev(r)
+def evaluate_and_keep(r: RunState, step: int) -> Evaluation:
+    """The loop's evaluation at `step` (a stop acts between its batches): evaluate, keep the best
+    weights, log eval/* (and warn once of an undefined metric)."""
+    ev = evaluate(r.model, r.accelerator, r.dev, r.eval_specs)
     warn_undefined(ev.results, r.undefined, r.tracker, r.accelerator)
-    r.saver.save_best(r.model, step, flat["eval/score"])
-    r.tracker.log_metrics(flat | {"eval/best_score": r.saver.best}, step)
-    return flat, ev
+    r.saver.save_best(r.model, step, ev.flat["eval/score"])
+    r.tracker.log_metrics(ev.flat | {"eval/best_score": r.saver.best}, step)
+    return ev

@@ -12,7 +12,7 @@ from deepen_run.errors import UserError
 from deepen_run.serve import bundle
 from deepen_run.util import sqlite_path
 
-RUN_FILE = "run.json"  # run/runfile.py writes it: the run id and store of a run folder
+RUN_FILE = "run.json"  # run/resume.py writes it: the run id and store of a run folder
 RUN_CONFIG = "run_config.yaml"  # run/resume.py: the config the run started with
 BEST = Path("checkpoints") / "best"
 

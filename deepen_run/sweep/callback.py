@@ -53,7 +53,7 @@ class SweepCallback(Callback):
 
 def open_sweep(config):
     """Check every job, then create the parent run (or reopen it: resume=auto) and start watching."""
-    from deepen_run.run.runfile import orphan_note
+    from deepen_run.run.resume import orphan_note
     from deepen_run.run.lifecycle import provenance, reap_orphans
     from deepen_run.run.resume import wanted
     from deepen_run.sweep.check import check_jobs

@@ -57,11 +57,6 @@ def composer(config_name: str):
     return one
 
 
-def _swept(job: list[str], jobs: list[list[str]]) -> list[str]:
-    """The overrides of this job that differ between jobs: what names it to the user."""
-    return [o for i, o in enumerate(job) if len({j[i] for j in jobs}) > 1] or job
-
-
 def _one_line(e: BaseException) -> str:
     """The error and its cause (Hydra wraps what OmegaConf said), folded onto one line."""
     cause = e.__cause__
@@ -95,7 +90,8 @@ def check_jobs(config) -> None:
     compose = composer(config.hydra.job.config_name)
     seen: set[str] = set()
     for k, job in enumerate(jobs):
-        which = f"sweep job {k + 1} of {len(jobs)} ({' '.join(_swept(job, jobs))})"
+        swept = [o for i, o in enumerate(job) if len({j[i] for j in jobs}) > 1] or job  # what names it to the user
+        which = f"sweep job {k + 1} of {len(jobs)} ({' '.join(swept)})"
         try:
             cfg = compose(job)
             numbers(cfg)

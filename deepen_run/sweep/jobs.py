@@ -10,20 +10,19 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Callable, Optional
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from deepen_run.errors import UserError
 from deepen_run.masking import mask_override, mask_string, secret_env_values
 from deepen_run.run.clean import JOBS_DIR
 from deepen_run.run.names import run_name
+from deepen_run.run.progress import job_num
 from deepen_run.run.stop import Stopped, StopFlag, check
 from deepen_run.sweep import summary
 from deepen_run.sweep.outcomes import previous, start_line, write_json
@@ -63,15 +62,13 @@ class SweepJob:
         launcher = self.info.get("launcher_pid")
         # From the job's start: a signal while it loads ends it KILLED too, and so does the launcher's
         # STOP file (a launcher stopped by a signal of its own, or on another machine).
-        flag = StopFlag(self.jobs / STOP_FILE).install()
+        worker = bool(launcher) and os.getppid() == launcher  # a loky or submitit_local worker of the launcher
+        flag = StopFlag(self.jobs / STOP_FILE, parent=launcher if worker else None).install()
         write_json(self.jobs / f"{self.num}.start.json", {"overrides": [mask_override(o) for o in self.overrides],
                                                            "pid": os.getpid(),
                                                            "home": str(current_dir())})
         if launcher == os.getpid():  # the launcher's watcher leaves this process's jobs to say it
             print(start_line(self.num, self.info["n_jobs"], self.overrides), flush=True)
-        watchdog = OrphanWatch.of_this_process(launcher)
-        if watchdog is not None:
-            watchdog.busy.set()
         stopped = None
         try:
             check()  # a stop that landed between the first look at the STOP file and the start file
@@ -89,11 +86,9 @@ class SweepJob:
             self._failed_child(cfg, name, line)
             score, outcome = NO_SCORE, {"status": "FAILED", "name": name, "error": line}
         finally:
-            if watchdog is not None:
-                watchdog.busy.clear()
             flag.uninstall()
         write_json(self.jobs / f"{self.num}.json", outcome | {"seconds": time.time() - t0})
-        if watchdog is not None:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
+        if worker:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         signum = stopped.signum if stopped is not None else flag.signum
         if signum is not None and not (launcher and os.getppid() == launcher):  # a worker's launcher has the STOP file
@@ -108,8 +103,7 @@ class SweepJob:
 
     def _kept(self, cfg, home: Optional[Path]) -> Optional[dict]:
         """resume=auto: this job's run dir holds its FINISHED child of this sweep -> its outcome."""
-        from deepen_run.run.runfile import read_run_file
-        from deepen_run.run.resume import wanted
+        from deepen_run.run.resume import read_run_file, wanted
         from deepen_run.tracking.store import find_runs
 
         info = read_run_file(home) if home is not None and wanted(cfg.resume) else {}
@@ -156,48 +150,8 @@ def pass_on(signum: int) -> None:
         handler(signum, None)
 
 
-class OrphanWatch(threading.Thread):
-    """In a worker process (loky, submitit_local) whose launcher dies (SIGKILL of it alone): the
-    worker's running job stops as on SIGTERM (checkpoint, KILLED), then the worker exits instead of
-    idling forever. One per process, found among its threads (no module state)."""
-
-    GRACE_S = 300
-
-    def __init__(self, launcher_pid: int):
-        super().__init__(name="deepen-sweep-orphan-watch", daemon=True)
-        self.launcher, self.busy = launcher_pid, threading.Event()
-
-    @classmethod
-    def of_this_process(cls, launcher_pid: Optional[int]) -> Optional["OrphanWatch"]:
-        if not launcher_pid or os.getppid() != launcher_pid:
-            return None  # the launcher's own process (basic launcher), or not its child (SLURM)
-        for t in threading.enumerate():
-            if isinstance(t, cls):
-                return t
-        watch_it = cls(launcher_pid)
-        watch_it.start()
-        return watch_it
-
-    def run(self) -> None:
-        while os.getppid() == self.launcher:
-            time.sleep(1.0)
-        if self.busy.is_set():
-            print(f"deepen-run: the sweep's launcher (pid {self.launcher}) is gone; stopping this job",
-                  file=sys.stderr, flush=True)
-            os.kill(os.getpid(), signal.SIGTERM)
-            deadline = time.time() + self.GRACE_S
-            while self.busy.is_set() and time.time() < deadline:
-                time.sleep(0.2)
-        os._exit(1)
-
-
 def current_job() -> Optional[SweepJob]:
     """The sweep job this process runs, or None for a single run (or a sweep without the callback)."""
-    try:
-        hc = HydraConfig.get()
-    except ValueError:
-        return None
-    if hc.mode != RunMode.MULTIRUN:
-        return None
-    info = previous(Path(str(hc.sweep.dir)).resolve())
-    return SweepJob(info, int(hc.job.num), [str(o) for o in hc.overrides.task]) if info is not None else None
+    num = job_num()
+    info = previous(Path(str(HydraConfig.get().sweep.dir)).resolve()) if num is not None else None
+    return SweepJob(info, num, [str(o) for o in HydraConfig.get().overrides.task]) if info is not None else None

@@ -84,7 +84,6 @@ class Counts:
                 f"{self.pending} not started")
 
     def which(self) -> str:
-        """The jobs that did not finish, and why."""
         out = [f"job {k + 1} ({o.get('error', o['status'])})" for k, o in sorted(self.outcomes.items())
                if o["status"] != "FINISHED"]
         return "; ".join(out + [f"job {k + 1} (its process died)" for k in sorted(self.unended)])

@@ -43,10 +43,6 @@ def swept(params: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in params.items() if not k.startswith("sweep.") and _is_sweep(k, str(v))}
 
 
-def short(key: str) -> str:
-    return key.rsplit(".", 1)[-1]
-
-
 def shown(value: str) -> str:
     """A value as a run name shows it: an Optuna draw's 2.6122937099604327e-05 as 2.612e-05 (its
     tag keeps every digit)."""
@@ -68,7 +64,7 @@ def parent_name(config, params: dict[str, str]) -> str:
         fixed.append(str(config.method.name))
     if not {"task", "task.names"} & set(axes):
         fixed.append("+".join(str(t) for t in config.task.names))
-    keys = " × ".join(f"{short(k)}={v}" for k, v in axes.items())
+    keys = " × ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in axes.items())
     return (" ".join(fixed) + (f" | {keys}" if keys else " sweep"))[:250]
 
 
@@ -89,7 +85,7 @@ def child_name(base, seed, info: dict, overrides: list[str]) -> str:
     `gru_layers=2 seed=1 · tiny-hire-rte`. base: the job's config (its name is built without the
     swept keys, deepen_run/run/names.py) or a name already built."""
     axes = swept(info.get("params", {}))
-    values = [f"{short(k)}={shown(v)}" for k, v in job_values(info, overrides)]
+    values = [f"{k.rsplit('.', 1)[-1]}={shown(v)}" for k, v in job_values(info, overrides)]
     if not isinstance(base, str):
         base = run_name(base, omit=set(axes) if values else ())
     if not values:

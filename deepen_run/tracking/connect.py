@@ -3,7 +3,6 @@ start; a server's health check (its credentials sent properly, never printed); t
 created once with its artifacts beside the database."""
 from __future__ import annotations
 
-import base64
 import fcntl
 import os
 import sqlite3
@@ -11,10 +10,10 @@ import time
 from contextlib import closing
 from pathlib import Path
 from typing import Optional
-from urllib.parse import unquote, urlsplit, urlunsplit
-from urllib.request import Request, urlopen
+from urllib.parse import urlsplit, urlunsplit
 
 import mlflow
+import requests
 from mlflow.tracking import MlflowClient
 
 from deepen_run.safe_fs import path_part
@@ -123,12 +122,8 @@ def get_experiment_id(client: MlflowClient, uri: str, name: str) -> str:
 
 
 def health(uri: str, timeout: float = 10) -> None:
-    """GET <server>/health once. urllib takes no user:password@ in a URL: the URI is parsed
-    (urllib.parse) and its credentials sent as HTTP basic auth, as MLflow's requests session does."""
+    """GET <server>/health once, no retry; requests (MLflow's HTTP client) sends a user:password@ in
+    the URI as basic auth. An error's URL may hold the password: callers print it through hide()."""
     u = urlsplit(uri)
-    host = u.netloc.rpartition("@")[2]
-    req = Request(urlunsplit(u._replace(netloc=host, path=u.path.rstrip("/") + "/health", query="", fragment="")))
-    if u.username is not None:
-        pair = f"{unquote(u.username)}:{unquote(u.password or '')}".encode()
-        req.add_header("Authorization", "Basic " + base64.b64encode(pair).decode())
-    urlopen(req, timeout=timeout).close()
+    requests.get(urlunsplit(u._replace(path=u.path.rstrip("/") + "/health", query="", fragment="")),
+                 timeout=timeout).raise_for_status()

@@ -10,11 +10,12 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable, Optional
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 from mlflow.entities import Dataset, DatasetInput, InputTag, LoggedModelOutput, LoggedModelStatus, Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.file_utils import local_file_uri_to_path
 
 from deepen_run.errors import UserError
 
@@ -24,11 +25,9 @@ CONTEXT = "mlflow.data.context"  # MLflow's input tag: train / dev / test
 
 
 def local_dir(uri: str) -> Optional[Path]:
-    """The folder behind a file:// artifact URI (None for a remote artifact store)."""
-    scheme = urlparse(uri).scheme
-    if scheme == "file":
-        return Path(unquote(urlparse(uri).path))
-    return Path(uri) if scheme == "" else None  # mlflow-artifacts:/, s3://, ...: through the client
+    """The folder behind a file:// artifact URI or a path (None for mlflow-artifacts:/, s3://, ...: a
+    remote artifact store, reached through the client)."""
+    return Path(local_file_uri_to_path(uri)) if urlparse(uri).scheme in ("file", "") else None
 
 
 def log_model(tracker, name: str, tags: dict[str, str], params: dict[str, str], fill: Callable[[Path], None],
@@ -81,6 +80,7 @@ def model_of_run(uri: str, run_id: str) -> Optional[str]:
 
 
 def run_exists(uri: str, run_id: str) -> bool:
+    """Is this run in the store (a resume's run.json, a --run, may name one of a store since deleted)?"""
     try:
         MlflowClient(tracking_uri=uri).get_run(run_id)
         return True
@@ -178,22 +178,17 @@ def log_datasets(tracker, inputs: list[DatasetInput], tries: int = 5) -> None:
                 raise
 
 
-class SystemMetrics:
-    """MLflow's CPU, memory, disk and GPU monitor (system/* metrics) for one run."""
+def system_metrics(tracker, on: bool):
+    """MLflow's CPU, memory, disk and GPU monitor (system/* metrics) for one run, started (its finish()
+    stops it); None when off."""
+    if not (on and tracker.enabled and tracker.run_id):
+        return None
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-    def __init__(self, tracker, on: bool):
-        self.monitor = None
-        if on and tracker.enabled and tracker.run_id:
-            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-            # every 10 s unless MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL says otherwise (MLflow reads it)
-            self.monitor = SystemMetricsMonitor(tracker.run_id, tracking_uri=tracker.uri, resume_logging=True)
-            self.monitor.start()
-
-    def stop(self) -> None:
-        if self.monitor is not None:
-            self.monitor.finish()
-            self.monitor = None
+    # every 10 s unless MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL says otherwise (MLflow reads it)
+    monitor = SystemMetricsMonitor(tracker.run_id, tracking_uri=tracker.uri, resume_logging=True)
+    monitor.start()
+    return monitor
 
 
 def copy_or_link(src: Path, dst: Path) -> None:

@@ -11,14 +11,13 @@ import functools
 import io
 import logging
 import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-import mlflow
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
+from mlflow.utils.git_utils import get_git_commit
 from mlflow.utils.validation import MAX_TAG_VAL_LENGTH as TAG_LIMIT  # the longest tag value MLflow stores
 from sqlalchemy.exc import NoSuchModuleError
 
@@ -78,22 +77,18 @@ def hide(text: str) -> str:
 
 
 def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    return get_git_commit(str(Path(__file__).parent)) or "unknown"  # MLflow's own (GitPython)
 
 
 class Tracker:
-    def __init__(self, uri: str, experiment: str, enabled: bool = True):
+    def __init__(self, uri: str, experiment: str, enabled: bool = True, run_id: Optional[str] = None):
         self.uri, self.experiment, self.enabled = uri, experiment, enabled
         self.shown = mask_uri(uri)  # what a message may print: never a user:password@'s password
         if enabled and self.shown != uri:
             # MLflow's client prints "View run ... at: <uri with the password>" as a run ends; the
             # run's summary gives the same link, masked (run/summary.py).
             os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
-        self.run_id: Optional[str] = None
+        self.run_id = run_id  # given: writes go to that existing run (a sweep's parent), its status untouched
         self.logged: dict[str, set[int]] = {}  # (metric, step) pairs a resumed run already has
         self.params_logged: set[str] = set()  # params are write-once: a resume logs only new keys
         self.inputs_linked = False  # a resumed run's dataset inputs are there (resume() reads it)
@@ -150,26 +145,6 @@ class Tracker:
         for tag in ("error", "interrupted", "resume_error", "sweep_failed", "stopped_before_first_step"):
             if tag in run.data.tags:
                 self.client.delete_tag(self.run_id, tag)
-
-    def has_run(self, run_id: str) -> bool:
-        """Is this run in the store (a resume's run.json may name one of a store since deleted)?"""
-        if not self.enabled:
-            return True
-        try:
-            self.client.get_run(run_id)
-            return True
-        except mlflow.exceptions.MlflowException as e:
-            if e.error_code == "RESOURCE_DOES_NOT_EXIST":
-                return False
-            raise
-
-    def status(self, run_id: str) -> str:
-        return self.client.get_run(run_id).info.status if self.enabled else ""
-
-    def attach(self, run_id: str) -> "Tracker":
-        """Write to an existing run (a sweep's parent) without touching its status."""
-        self.run_id = run_id
-        return self
 
     @_recorded
     def log_params(self, params: dict[str, Any]) -> None:
@@ -261,6 +236,5 @@ def artifact_files(uri: str, run_id: str, folder: str) -> list[str]:
 
 
 def artifact_text(uri: str, run_id: str, path: str, dst: str) -> str:
-    """One artifact's text, downloaded into the folder `dst`."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per file: noise
     return Path(MlflowClient(tracking_uri=uri).download_artifacts(run_id, path, dst)).read_text()

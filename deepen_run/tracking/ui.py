@@ -72,10 +72,6 @@ def run_url(base: str, experiment_id: str, run_id: str) -> str:
     return f"{base}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
 
 
-def table_url(base: str, experiment_id: str) -> str:
-    return f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey={VIEW}&workflowType=machine_learning"
-
-
 def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = ("deepen-run", "deepen-probe")) -> int:
     """`make ui`: start `mlflow ui`, wait until it answers, then print where to look."""
     from mlflow.tracking import MlflowClient
@@ -121,7 +117,8 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
         exp = client.get_experiment_by_name(name)
         if exp is not None:  # experiments made before these settings existed get them now
             apply(client, exp.experiment_id)
-            print(f"  {name}: {table_url(shown, exp.experiment_id)}")
+            print(f"  {name}: {shown}/#/experiments/{exp.experiment_id}/runs?viewStateShareKey={VIEW}"
+                  "&workflowType=machine_learning")
     sys.stdout.flush()
     while proc.poll() is None and not asked:
         time.sleep(0.2)

@@ -32,7 +32,7 @@ from deepen_run.run.checkpoint import Checkpointer
 from deepen_run.run.context import RunState
 from deepen_run.methods import METHODS
 from deepen_run.model.heads import new_parameters, task_loss
-from deepen_run.run.predict import batch_inputs
+from deepen_run.run.evaluation import batch_inputs
 from deepen_run.data.sampling import TaskSampler
 from deepen_run.tracking.store import Tracker
 from deepen_run.run.train import fit, optimizer_for, scheduler_for

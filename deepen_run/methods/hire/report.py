@@ -23,7 +23,7 @@ from deepen_run.figures import plt
 def collect(ev, ctx, task: str, sample: int):
     """-> mean alpha (J,) over all of the task's dev sets, and (texts, labels, alpha (n, J)) of the first
     `sample`, from the importances the final evaluation kept (evaluation.Evaluation.extras): no second
-    pass over the dev sets, and in dev order (run/predict.py restores it)."""
+    pass over the dev sets, and in dev order (run/evaluation.py restores it)."""
     total, n = None, 0
     texts, labels, first = [], [], []
     for name, ds in ctx.data[task].dev.items():
