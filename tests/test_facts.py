@@ -56,7 +56,7 @@ def test_the_readme_s_speed_figures_are_the_performance_page_s_and_name_their_cp
     assert len(per_step) == 2 and all(f"{s} s a step" in page for s in per_step), per_step
 
 # Cited paths: deepen_run/..., docs/..., tests/..., conf/..., scripts/...; and a subpackage's own
-# files (methods/<name>/config.py, run/predict.py). <name> stands for a method folder.
+# files (methods/<name>/config.py, run/evaluation.py). <name> stands for a method folder.
 FULL = re.compile(r"(?<![\w/.\-])((?:deepen_run|docs|tests|conf|scripts)/[\w\-./<>]*[\w>])")
 SHORT = re.compile(r"(?<![\w/.\-])((?:methods|model|run|sweep|cli|report|data|tracking|config)/[\w\-./<>]*\.py)\b")
 # Dotted names: deepen_run.x.y in full, or <subpackage>.<its module>.<name> (model.heads.pool).
