@@ -58,7 +58,7 @@ lint: install
 # writes outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run, BENCH_ARGS="--only phases"
 # for the whole process against the Trainer alone (sections: python scripts/bench.py --help).
 bench: install
-	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+	@$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 # The floor study (docs/study.md, conf/study/floor_*.yaml): MiniLM on SST-2 and STS-B, seeds 1-5, every
 # primary control, in parts of at most ~90 min on 2 idle cores (time in all: docs/results.md); the report in
