@@ -53,10 +53,11 @@ ui: install
 lint: install
 	$(BIN)/ruff check deepen_run tests scripts
 
-# The CPU and its flags first, then side-by-side with the Hugging Face Trainer, method overheads,
-# length sweep, start-up cost, the machine's limit, train.compile (about 45 min on 2 CPU cores);
-# writes outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run, BENCH_ARGS="--only phases"
-# for the whole process against the Trainer alone (sections: python scripts/bench.py --help).
+# The CPU and its flags first (the recipe is not echoed: that line heads the output), then side-by-side
+# with the Hugging Face Trainer, method overheads, length sweep, start-up cost, the machine's limit,
+# train.compile (about 40 min on 2 AVX-512 BF16 cores: docs/performance.md); writes
+# outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run, BENCH_ARGS="--only phases" for the
+# whole process against the Trainer alone (sections: python scripts/bench.py --help).
 bench: install
 	@$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
