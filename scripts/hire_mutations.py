@@ -45,7 +45,7 @@ for name, old, new in M:
     s = open(p).read()
     assert s.count(old) == 1, (name, s.count(old))
     open(p, "w").write(s.replace(old, new))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                         "tests/test_hire_reference.py"],
                        cwd=SCRATCH, env=env, capture_output=True, text=True, timeout=600)
     tail = r.stdout.strip().splitlines()[-1]
