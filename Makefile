@@ -53,12 +53,13 @@ ui: install
 lint: install
 	$(BIN)/ruff check deepen_run tests scripts
 
-# The CPU and its flags first, then side-by-side with the Hugging Face Trainer, method overheads,
-# length sweep, start-up cost, the machine's limit, train.compile (about 45 min on 2 CPU cores);
-# writes outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run, BENCH_ARGS="--only phases"
-# for the whole process against the Trainer alone (sections: python scripts/bench.py --help).
+# The CPU and its flags first (the recipe is not echoed: that line heads the output), then side-by-side
+# with the Hugging Face Trainer, method overheads, length sweep, start-up cost, the machine's limit,
+# train.compile (about 40 min on 2 AVX-512 BF16 cores: docs/performance.md); writes
+# outputs/bench/bench.{json,md}. BENCH_ARGS=--quick for a smoke run, BENCH_ARGS="--only phases" for the
+# whole process against the Trainer alone (sections: python scripts/bench.py --help).
 bench: install
-	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+	@$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 # The floor study (docs/study.md, conf/study/floor_*.yaml): MiniLM on SST-2 and STS-B, seeds 1-5, every
 # primary control, in parts of at most ~90 min on 2 idle cores (time in all: docs/results.md); the report in
