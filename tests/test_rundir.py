@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HANG, cli, isolated
+from conftest import HANG, cli, existing_store, isolated
 from test_bad_input import snapshot, user_folder
 
 
@@ -238,3 +238,43 @@ def test_an_entry_a_cleanup_cannot_remove_is_one_line_and_the_rest_goes_on(tmp_p
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"deepen-run: kept could not remove {run}/checkpoints/step-1/"), err
     assert not (run / "run.json").exists() and (run / "old.txt").read_text() == "before"
+
+
+@pytest.mark.subprocess
+def test_default_run_dirs_of_two_runs_started_at_once_never_collide(tmp_path, glue_dir):
+    """docs/reliability.md, One run per run dir: two runs started at the same moment without a
+    hydra.run.dir each get a dir of their own (the default's time has microseconds), and neither is
+    refused as in use. The default is rooted in this test's tmp folder instead of the checkout."""
+    import json
+    import re
+
+    from omegaconf import OmegaConf
+
+    from deepen_run.config.schema import ROOT
+
+    default = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "config.yaml"))["hydra"]["run"]["dir"]
+    assert default.startswith("${root:}/outputs/runs/"), default
+    # Each process loads what it needs, waits for the other, then both go on at the same whole second.
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    code = "\n".join([
+        "import os, sys, time",
+        "from pathlib import Path",
+        "from deepen_run.cli.run import main",
+        f"barrier = Path({str(barrier)!r})",
+        "(barrier / str(os.getpid())).touch()",
+        "while len(list(barrier.iterdir())) < 2:",
+        "    time.sleep(0.01)",
+        "time.sleep(1 - time.time() % 1)",
+        "sys.argv[0] = 'deepen-run'",
+        "main()"])
+    args = [sys.executable, "-c", code, "backbone=tiny", "task=rte", "dry_run=true", f"data.glue_dir={glue_dir}",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"data.cache_dir={tmp_path}/cache",
+            f"hydra.run.dir={default.replace('${root:}', str(tmp_path))}"]
+    existing_store(f"sqlite:///{tmp_path}/mlflow.db")
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    ends = [p.communicate(timeout=HANG) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in ends]
+    dirs = sorted((tmp_path / "outputs" / "runs").glob("*/*"))
+    assert len(dirs) == 2 and all(re.fullmatch(r"\d\d-\d\d-\d\d-\d{6}", d.name) for d in dirs), dirs
+    assert len({json.loads((d / "run.json").read_text())["run_id"] for d in dirs}) == 2
