@@ -108,3 +108,22 @@ def test_a_cached_split_is_read_back_whole_and_an_edited_file_is_tokenized_again
     assert load().dev["rte"]["idx"][:3] == [1, 0, 2]
     dev.write_text("".join(lines[:11]))  # the header and 10 examples
     assert len(load().dev["rte"]) == 10
+
+
+def test_max_eval_samples_scores_a_seeded_random_subset_the_same_for_every_method(tmp_path, glue_dir):
+    """docs/reliability.md, Known limits: data.max_eval_samples=N scores a seeded random N of each dev
+    set, not its first N: every method of one seed sees the same rows, another seed other rows."""
+    from conftest import make_cfg
+    from deepen_run.data.loaders import load_task
+    from deepen_run.model import backbone as bb
+
+    def dev_rows(method: str, seed: int, n: int | None = 20) -> list[int]:
+        cfg = make_cfg("backbone=tiny", f"method={method}", "task=rte", f"seed={seed}", f"data.glue_dir={glue_dir}",
+                       f"data.cache_dir={tmp_path / 'cache'}", f"data.max_eval_samples={'null' if n is None else n}")
+        tok = bb.load_tokenizer(cfg.backbone)
+        return load_task(TASKS["rte"], cfg.data, tok, cfg.seed, with_train=False).dev["rte"]["idx"]
+
+    baseline, hire, other_seed = dev_rows("baseline", 1), dev_rows("hire", 1), dev_rows("baseline", 2)
+    assert len(baseline) == 20 and baseline == hire
+    assert set(other_seed) != set(baseline)
+    assert set(baseline) != set(dev_rows("baseline", 1, None)[:20])  # not the file's first 20 rows

@@ -307,3 +307,54 @@ def test_sigterm_while_the_runner_imports_mlflow_is_exit_143_and_one_line(tmp_pa
     r = subprocess.run([sys.executable, "-c", code, *isolated(a)], capture_output=True, text=True, timeout=HANG)
     assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
     assert lines(r.stderr) == ["deepen-run: stopped by SIGTERM; no MLflow run had started yet; nothing to continue"]
+
+
+def interrupted_at(target: str, times: int, *a) -> subprocess.CompletedProcess:
+    """deepen-run that sends itself SIGINT (Ctrl-C) `times` times, one after the other, as
+    `module:function` is first entered (as signalled_at does with SIGTERM)."""
+    module, function = target.split(":")
+    code = "\n".join([
+        "import importlib, os, signal, sys, time",
+        f"m = importlib.import_module({module!r})",
+        f"real, fired = getattr(m, {function!r}), []",
+        "def at(*args, **kw):",
+        "    while len(fired) < " + str(times) + ":",
+        "        fired.append(os.kill(os.getpid(), signal.SIGINT))",
+        "        time.sleep(0.05)  # the handler has seen this one before the next is sent",
+        "    return real(*args, **kw)",
+        f"setattr(m, {function!r}, at)",
+        "sys.argv[0] = 'deepen-run'",
+        "from deepen_run.cli.run import main",
+        "main()"])
+    return subprocess.run([sys.executable, "-c", code, *isolated(a)], capture_output=True, text=True, timeout=HANG)
+
+
+@pytest.mark.subprocess
+def test_a_ctrl_c_while_a_task_is_tokenized_stops_once_that_task_is_done(tmp_path, glue_dir):
+    """docs/reliability.md, Stopping by agreement: a first Ctrl-C as the first task's tokenization starts
+    (empty cache, two tasks) lets that task be tokenized whole, then stops before the next: exit 130,
+    the run KILLED with no checkpoint, the second task never tokenized. A second Ctrl-C there ends the
+    process at once, by SIGINT itself, before anything more is written."""
+    import datasets
+
+    uri, cache = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "cache"
+    a = ["task.names=[rte,mrpc]", *TINY[1:], "train.max_steps=4", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+         f"data.cache_dir={cache}"]
+    r = interrupted_at("deepen_run.data.loaders:tokenize", 1, *a, f"hydra.run.dir={tmp_path / 'once'}",
+                       "tracking.experiment=once")
+    assert r.returncode == 128 + signal.SIGINT, r.stderr[-3000:]
+    assert "stopped by SIGINT; the run is KILLED with no checkpoint" in r.stderr, r.stderr[-3000:]
+    client, (run,) = runs_of(uri, "once")
+    assert run.info.status == "KILLED" and run.data.tags.get("stopped_before_first_step") == "true"
+    assert json.loads((tmp_path / "once" / "run.json").read_text())["status"] == "KILLED"
+    files = sorted(p.name.split("-")[:2] for p in cache.glob("*.arrow"))
+    assert files == [["rte", "dev"], ["rte", "train"]], files  # the first task whole, the second never begun
+    assert sorted(len(datasets.Dataset.from_file(str(p))) for p in cache.glob("*.arrow")) == [32, 32]
+
+    shutil.rmtree(cache)
+    r = interrupted_at("deepen_run.data.loaders:tokenize", 2, *a, f"hydra.run.dir={tmp_path / 'twice'}",
+                       "tracking.experiment=twice")
+    assert r.returncode == -signal.SIGINT, r.stderr[-3000:]
+    assert "stopped by" not in r.stderr and not list(cache.glob("*.arrow")), r.stderr[-3000:]
+    client, (run,) = runs_of(uri, "twice")
+    assert run.info.status == "RUNNING"  # ended by the next run's orphan reaping, or continued by resume=auto

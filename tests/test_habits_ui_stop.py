@@ -59,3 +59,26 @@ def test_a_port_in_use_or_not_a_port_is_one_line_and_no_links(tmp_path):
             lines = r.stderr.strip().splitlines()
             assert r.returncode == code and len(lines) == 1 and culprit in lines[0], (given, r.stderr[-2000:])
             assert "MLflow UI is up" not in r.stdout
+
+
+def test_make_ui_listens_on_the_loopback_address_only(tmp_path):
+    """docs/reliability.md, Safety: `make ui` (its very command) listens on 127.0.0.1 only: every
+    socket listening on its port is bound to 127.0.0.1, none to all addresses (0.0.0.0 or ::)."""
+    import psutil
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "deepen_run.tracking.ui", f"sqlite:///{tmp_path}/mlflow.db",
+                             str(tmp_path / "art"), str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        t0 = time.time()
+        for line in proc.stdout:
+            if "MLflow UI is up" in line:
+                break
+            assert time.time() - t0 < HANG
+        bound = {c.laddr.ip for c in psutil.net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    assert bound == {"127.0.0.1"}, bound

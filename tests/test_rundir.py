@@ -4,11 +4,12 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from conftest import HANG, cli, isolated
+from conftest import HANG, cli, existing_store, isolated
 from test_bad_input import snapshot, user_folder
 
 
@@ -177,3 +178,103 @@ def test_make_clean_needs_no_virtualenv(tmp_path):
     assert r.returncode == 0, r.stderr
     assert not (out / "runs/d/t1").exists() and (out / "runs/d/t2/thesis.tex").is_file()
     assert "kept" in r.stdout and "t2" in r.stdout
+
+
+@contextmanager
+def unremovable(f: Path):
+    """While inside, `f` cannot be removed: root ignores permissions, so as root the file is made
+    immutable (chattr +i, ext4/xfs/btrfs); otherwise its folder is made read-only. Undone on the way out."""
+    import shutil
+
+    if os.geteuid() != 0:
+        mode = f.parent.stat().st_mode
+        f.parent.chmod(0o555)
+        undo = lambda: f.parent.chmod(mode)  # noqa: E731
+    else:
+        made = subprocess.run(["chattr", "+i", str(f)], capture_output=True, text=True) if shutil.which("chattr") \
+            else None
+        if made is None or made.returncode != 0:
+            pytest.skip("root removes anything and chattr +i does not work here: "
+                        f"{made.stderr.strip() if made else 'no chattr'}")
+        undo = lambda: subprocess.run(["chattr", "-i", str(f)], check=True)  # noqa: E731
+    try:
+        yield
+    finally:
+        undo()
+
+
+def test_an_entry_a_cleanup_cannot_remove_is_one_line_and_the_rest_goes_on(tmp_path, capsys):
+    """docs/reliability.md, Cleanups: an entry that cannot be removed is one line naming it, and the
+    rest goes on, with no OSError traceback: `make clean` (its very command, in a process of its own)
+    and a failed attempt's removal in a run dir that existed."""
+    from deepen_run.run.rundir import Listing
+
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "outputs"
+    stuck = out / "runs/d/t1/checkpoints/best/model.safetensors"
+    for name in ("runs/d/t1/run.json", "runs/d/t2/run.json", "runs/d/t2/.hydra/config.yaml",
+                 "cache/rte-train-abc.arrow", stuck.relative_to(out)):
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("{}")
+    with unremovable(stuck):
+        r = subprocess.run([sys.executable, "-m", "deepen_run.run.clean", str(out)], capture_output=True, text=True,
+                           timeout=HANG, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, r.stderr[-2000:]
+    said = [ln for ln in r.stdout.splitlines() if str(stuck) in ln]
+    assert len(said) == 1 and said[0].startswith(f"kept could not remove {stuck}:"), r.stdout
+    assert stuck.is_file() and not (out / "runs/d/t1/run.json").exists()  # the rest of its dir went
+    assert not (out / "runs/d/t2").exists() and not (out / "cache/rte-train-abc.arrow").exists()
+
+    run = tmp_path / "run"  # a failed attempt in a dir that existed: its new entries go, but the stuck one
+    run.mkdir()
+    (run / "old.txt").write_text("before")
+    listing = Listing(run)
+    (run / "checkpoints/step-1").mkdir(parents=True)
+    (run / "checkpoints/step-1/model.safetensors").write_text("w")
+    (run / "run.json").write_text("{}")
+    capsys.readouterr()
+    with unremovable(run / "checkpoints/step-1/model.safetensors"):
+        listing.remove_created()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"deepen-run: kept could not remove {run}/checkpoints/step-1/"), err
+    assert not (run / "run.json").exists() and (run / "old.txt").read_text() == "before"
+
+
+@pytest.mark.subprocess
+def test_default_run_dirs_of_two_runs_started_at_once_never_collide(tmp_path, glue_dir):
+    """docs/reliability.md, One run per run dir: two runs started at the same moment without a
+    hydra.run.dir each get a dir of their own (the default's time has microseconds), and neither is
+    refused as in use. The default is rooted in this test's tmp folder instead of the checkout."""
+    import json
+    import re
+
+    from omegaconf import OmegaConf
+
+    from deepen_run.config.schema import ROOT
+
+    default = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "config.yaml"))["hydra"]["run"]["dir"]
+    assert default.startswith("${root:}/outputs/runs/"), default
+    # Each process loads what it needs, waits for the other, then both go on at the same whole second.
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    code = "\n".join([
+        "import os, sys, time",
+        "from pathlib import Path",
+        "from deepen_run.cli.run import main",
+        f"barrier = Path({str(barrier)!r})",
+        "(barrier / str(os.getpid())).touch()",
+        "while len(list(barrier.iterdir())) < 2:",
+        "    time.sleep(0.01)",
+        "time.sleep(1 - time.time() % 1)",
+        "sys.argv[0] = 'deepen-run'",
+        "main()"])
+    args = [sys.executable, "-c", code, "backbone=tiny", "task=rte", "dry_run=true", f"data.glue_dir={glue_dir}",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"data.cache_dir={tmp_path}/cache",
+            f"hydra.run.dir={default.replace('${root:}', str(tmp_path))}"]
+    existing_store(f"sqlite:///{tmp_path}/mlflow.db")
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    ends = [p.communicate(timeout=HANG) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in ends]
+    dirs = sorted((tmp_path / "outputs" / "runs").glob("*/*"))
+    assert len(dirs) == 2 and all(re.fullmatch(r"\d\d-\d\d-\d\d-\d{6}", d.name) for d in dirs), dirs
+    assert len({json.loads((d / "run.json").read_text())["run_id"] for d in dirs}) == 2

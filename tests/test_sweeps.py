@@ -168,3 +168,67 @@ def test_a_bad_value_hydra_finds_after_the_parent_exists_leaves_no_record(tmp_pa
     (parent,), children = (lambda rs: ([x for x in rs if x.data.tags.get("sweep_role") == "parent"],
                                        [x for x in rs if x.data.tags.get("sweep_role") == "child"]))(runs_of(uri)[1])
     assert parent.info.status == "FINISHED" and len(children) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_second_ctrl_c_stops_the_launcher_at_once_and_the_next_run_ends_its_parent(tmp_path, glue_dir):
+    """docs/reliability.md, A stopped sweep: a second signal of the same kind to a sweep's launcher
+    stops it at once, by the signal, leaving its parent RUNNING; the next run in the experiment finds
+    the launcher's process gone and ends the parent KILLED. The jobs' processes are held (SIGSTOP)
+    while the launcher is signalled, so its first stop cannot complete before the second comes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import psutil
+
+    from conftest import existing_store
+
+    uri, sweep = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "sweep"
+    existing_store(uri)
+    exe = Path(sys.executable).with_name("deepen-run")
+    long = [a for a in TINY if not a.startswith("train.max_steps")] + ["train.max_steps=100000", "train.save_every=5"]
+    proc = subprocess.Popen([str(exe), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2", *long,
+                             f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.sweep.dir={sweep}",
+                             f"data.cache_dir={tmp_path}/cache"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    t0 = time.time()
+    while not list(sweep.glob("*/checkpoints/step-*")):  # a job is training
+        assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    for w in workers:
+        w.suspend()
+    try:
+        os.kill(proc.pid, signal.SIGINT)  # the launcher alone: it writes STOP and waits for its jobs
+        while not (sweep / "deepen_jobs" / "STOP").is_file():
+            assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=HANG)
+    finally:
+        for w in workers:
+            if w.is_running():
+                w.resume()
+    assert proc.returncode == -signal.SIGINT, err[-3000:]
+    assert "sweep stopped by" not in err, err[-3000:]
+    client, runs = runs_of(uri)
+    (parent,), _ = split(runs)
+    assert parent.info.status == "RUNNING"
+    t0 = time.time()  # the workers, their launcher gone, stop their jobs (checkpoint, KILLED) and exit
+    while subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).returncode == 0:
+        assert time.time() - t0 < HANG
+        time.sleep(0.5)
+    r = cli("backbone=tiny", "task=rte", "dry_run=true", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    client, runs = runs_of(uri)
+    (parent,), children = split(runs)
+    assert parent.info.status == "KILLED", parent.data.tags
+    assert parent.data.tags["error"].startswith(f"process {proc.pid} exited without ending the run")
+    assert children and not [r for r in runs if r.info.status == "RUNNING"], [(r.info.run_name, r.info.status)
+                                                                                for r in runs]

@@ -175,6 +175,7 @@ def run(cfg) -> list[dict]:
     from deepen_run.data import loaders as gd
     from deepen_run.model import probe
     from deepen_run.config.redact import public_config
+    from deepen_run.masking import mask_string, secret_env_values
     from deepen_run.tracking.store import Tracker, flatten
 
     from deepen_run.run.progress import interactive, quiet_libraries
@@ -198,7 +199,9 @@ def run(cfg) -> list[dict]:
     suggested = probe.suggest(rows, cfg.probe.suggest)
     n = sum(len(s) for s in sets)
 
-    name = cfg.tracking.run_name or f"probe-{cfg.backbone.name}-{'+'.join(cfg.task.names)}"
+    # tracking.run_name masked as a run's is (run/names.py): a secret variable's value may be in it
+    name = mask_string(cfg.tracking.run_name, secret_env_values()) if cfg.tracking.run_name \
+        else f"probe-{cfg.backbone.name}-{'+'.join(cfg.task.names)}"
     tracker.start(name, {"probe": "true", "backbone": cfg.backbone.name, "task": "+".join(cfg.task.names)})
     status = "FAILED"
     try:
