@@ -134,3 +134,15 @@ def test_every_readme_command_parses(prog, args, capsys):
             schema_keys(cfg)
             if name == "config":
                 numbers(cfg)
+
+
+def test_every_test_the_reliability_map_names_exists():
+    """docs/reliability-tests.md maps each reliability promise to its tests: a renamed or deleted test
+    must not leave the map pointing at nothing."""
+    text = (ROOT / "docs" / "reliability-tests.md").read_text()
+    defined = {m for f in (ROOT / "tests").glob("test_*.py") for m in re.findall(r"^def (test_\w+)", f.read_text(), re.M)}
+    files = set(re.findall(r"\b(test_\w+\.py)::", text))
+    named = set(re.findall(r"::(test_\w+)", text))
+    assert files and named
+    assert not {f for f in files if not (ROOT / "tests" / f).exists()}, "files the map names that tests/ lacks"
+    assert not named - defined, f"tests the map names that tests/ lacks: {sorted(named - defined)}"
