@@ -10,12 +10,14 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from hydra.errors import ConfigCompositionException
 
 from conftest import HANG, make_cfg, runs_of
 from deepen_run.cli.run import quiet_other_ranks
 from deepen_run.config.schema import ROOT
 from deepen_run.precision import resolve_precision
+from deepen_run.run.optim import scheduler_for
 
 
 def test_only_rank_zero_keeps_hydra_outputs(monkeypatch):
@@ -69,6 +71,16 @@ def test_two_cpu_processes_make_one_run(glue_dir, tmp_path, method):
     losses = client.get_metric_history(run.info.run_id, "train/loss")
     assert [m.step for m in losses] == [2, 4, 6]
     assert all(0.0 < m.value < 3.0 for m in losses)  # two classes each: ln 2 = 0.69 at the start
+    # The learning rate follows the one-process schedule over 6 steps (Accelerate steps a prepared
+    # scheduler once per process: laid out for one, it ran twice as fast and reached 0 at step 3).
+    lrs = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "train/lr")}
+    one = scheduler_for(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0),
+                        make_cfg("train.max_steps=6").train, 6)
+    expected = {}
+    for step in range(1, 7):
+        one.step()
+        expected[step] = one.get_last_lr()[0]
+    assert lrs[4] > 0 and lrs[4] / lrs[2] == pytest.approx(expected[4] / expected[2])
     m = run.data.metrics
     for key in ("eval/sst2/accuracy", "eval/rte/accuracy"):
         assert 0.0 <= m[key] <= 1.0

@@ -61,6 +61,9 @@ def optimizer_for(model: torch.nn.Module, tcfg, device_type: str, new_params) ->
     return torch.optim.AdamW(param_groups(model, tcfg, new_params), lr=tcfg.learning_rate, **adamw_kwargs(impl))
 
 
-def scheduler_for(optimizer, tcfg, total_steps: int):
+def scheduler_for(optimizer, tcfg, total_steps: int, processes: int = 1):
+    """The schedule over total_steps optimizer steps. Accelerate's prepared scheduler steps once per
+    process at every optimizer step, so with several processes it is laid out in those steps."""
     warmup = int(round(tcfg.warmup_ratio * total_steps))
-    return get_scheduler(tcfg.lr_scheduler, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+    return get_scheduler(tcfg.lr_scheduler, optimizer, num_warmup_steps=warmup * processes,
+                         num_training_steps=total_steps * processes)

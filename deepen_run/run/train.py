@@ -68,7 +68,7 @@ def setup(r: RunState) -> RunState:
     kernel = optimizer_impl(tcfg.get("optimizer_impl", "auto"), accelerator.device.type)
     r.tracker.log_params(set_threads() | r.compute.params() | unpadded |  # the threads, compute choices and why
                          {"train/optimizer_impl": kernel, "train/dropout_masks_in": ",".join(swapped) or "-"})
-    scheduler = scheduler_for(optimizer, tcfg, r.total)
+    scheduler = scheduler_for(optimizer, tcfg, r.total, accelerator.num_processes)
     r.model, r.optimizer, r.scheduler = accelerator.prepare(r.model, optimizer, scheduler)
     loaders = {k: accelerator.prepare(v) for k, v in loaders.items()}
     r.saver = ck.Checkpointer(r.home, tcfg, accelerator, r.total, predict=cfg.predict)
