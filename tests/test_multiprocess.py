@@ -143,8 +143,8 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_step(glue_dir, tmp_path):
 
 
 @pytest.mark.subprocess
-@pytest.mark.xfail(strict=True, reason="issue 58: a two-rank resume logs another train/loss at steps 4 and 6 "
-                   "(0.6917, 0.6946 against 0.6931, 0.6931 uninterrupted); resume=auto hangs (rank 1 starts afresh)")
+@pytest.mark.xfail(strict=True, reason="a known limit (docs/reliability.md): a two-rank resume logs another "
+                   "train/loss after the stop; resume=auto hangs (rank 1 starts afresh)")
 def test_two_ranks_stopped_between_two_log_lines_resume_to_the_same_logged_loss(glue_dir, tmp_path):
     """docs/reliability.md, Resume: SIGTERM during step 3 of 6 with log_every=2 (between the log lines
     of steps 2 and 4), then a resume on two ranks again: the one MLflow run's train/loss history, read
