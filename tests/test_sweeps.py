@@ -210,11 +210,12 @@ def test_a_second_ctrl_c_stops_the_launcher_at_once_and_the_next_run_ends_its_pa
             assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
             time.sleep(0.01)
         os.kill(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=HANG)
+        proc.wait(timeout=HANG)  # not communicate(): the held workers keep its stderr open until they go
     finally:
         for w in workers:
             if w.is_running():
                 w.resume()
+    err = proc.stderr.read()  # the end of the file comes once the resumed workers have exited
     assert proc.returncode == -signal.SIGINT, err[-3000:]
     assert "sweep stopped by" not in err, err[-3000:]
     client, runs = runs_of(uri)
