@@ -207,17 +207,19 @@ def test_unreadable_task_folder_is_named_before_looking_inside(tmp_path, monkeyp
         tsv.check_glue_dir(str(tmp_path), get_tasks(["rte"]))
 
 
-def signalled_at(target: str, *a) -> subprocess.CompletedProcess:
-    """deepen-run that sends itself SIGTERM as `module:function` is first entered: a signal at an exact
-    point of the run, through the run's real handlers (a kill from outside cannot aim this well)."""
+def signalled_at(target: str, *a, sig: str = "SIGTERM", times: int = 1) -> subprocess.CompletedProcess:
+    """deepen-run that sends itself `sig` (`times` times, one after the other) as `module:function` is
+    first entered: a signal at an exact point of the run, through the run's real handlers (a kill from
+    outside cannot aim this well)."""
     module, function = target.split(":")
     code = "\n".join([
-        "import importlib, os, signal, sys",
+        "import importlib, os, signal, sys, time",
         f"m = importlib.import_module({module!r})",
         f"real, fired = getattr(m, {function!r}), []",
         "def at(*args, **kw):",
-        "    if not fired:",
-        "        fired.append(os.kill(os.getpid(), signal.SIGTERM))",
+        f"    while len(fired) < {times}:",
+        f"        fired.append(os.kill(os.getpid(), signal.{sig}))",
+        "        time.sleep(0.05)  # the handler has seen this one before the next is sent",
         "    return real(*args, **kw)",
         f"setattr(m, {function!r}, at)",
         "sys.argv[0] = 'deepen-run'",
@@ -309,26 +311,6 @@ def test_sigterm_while_the_runner_imports_mlflow_is_exit_143_and_one_line(tmp_pa
     assert lines(r.stderr) == ["deepen-run: stopped by SIGTERM; no MLflow run had started yet; nothing to continue"]
 
 
-def interrupted_at(target: str, times: int, *a) -> subprocess.CompletedProcess:
-    """deepen-run that sends itself SIGINT (Ctrl-C) `times` times, one after the other, as
-    `module:function` is first entered (as signalled_at does with SIGTERM)."""
-    module, function = target.split(":")
-    code = "\n".join([
-        "import importlib, os, signal, sys, time",
-        f"m = importlib.import_module({module!r})",
-        f"real, fired = getattr(m, {function!r}), []",
-        "def at(*args, **kw):",
-        "    while len(fired) < " + str(times) + ":",
-        "        fired.append(os.kill(os.getpid(), signal.SIGINT))",
-        "        time.sleep(0.05)  # the handler has seen this one before the next is sent",
-        "    return real(*args, **kw)",
-        f"setattr(m, {function!r}, at)",
-        "sys.argv[0] = 'deepen-run'",
-        "from deepen_run.cli.run import main",
-        "main()"])
-    return subprocess.run([sys.executable, "-c", code, *isolated(a)], capture_output=True, text=True, timeout=HANG)
-
-
 @pytest.mark.subprocess
 def test_a_ctrl_c_while_a_task_is_tokenized_stops_once_that_task_is_done(tmp_path, glue_dir):
     """docs/reliability.md, Stopping by agreement: a first Ctrl-C as the first task's tokenization starts
@@ -340,8 +322,8 @@ def test_a_ctrl_c_while_a_task_is_tokenized_stops_once_that_task_is_done(tmp_pat
     uri, cache = f"sqlite:///{tmp_path}/mlflow.db", tmp_path / "cache"
     a = ["task.names=[rte,mrpc]", *TINY[1:], "train.max_steps=4", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
          f"data.cache_dir={cache}"]
-    r = interrupted_at("deepen_run.data.loaders:tokenize", 1, *a, f"hydra.run.dir={tmp_path / 'once'}",
-                       "tracking.experiment=once")
+    r = signalled_at("deepen_run.data.loaders:tokenize", *a, f"hydra.run.dir={tmp_path / 'once'}",
+                       "tracking.experiment=once", sig="SIGINT")
     assert r.returncode == 128 + signal.SIGINT, r.stderr[-3000:]
     assert "stopped by SIGINT; the run is KILLED with no checkpoint" in r.stderr, r.stderr[-3000:]
     client, (run,) = runs_of(uri, "once")
@@ -352,8 +334,8 @@ def test_a_ctrl_c_while_a_task_is_tokenized_stops_once_that_task_is_done(tmp_pat
     assert sorted(len(datasets.Dataset.from_file(str(p))) for p in cache.glob("*.arrow")) == [32, 32]
 
     shutil.rmtree(cache)
-    r = interrupted_at("deepen_run.data.loaders:tokenize", 2, *a, f"hydra.run.dir={tmp_path / 'twice'}",
-                       "tracking.experiment=twice")
+    r = signalled_at("deepen_run.data.loaders:tokenize", *a, f"hydra.run.dir={tmp_path / 'twice'}",
+                       "tracking.experiment=twice", sig="SIGINT", times=2)
     assert r.returncode == -signal.SIGINT, r.stderr[-3000:]
     assert "stopped by" not in r.stderr and not list(cache.glob("*.arrow")), r.stderr[-3000:]
     client, (run,) = runs_of(uri, "twice")
