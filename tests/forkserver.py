@@ -24,9 +24,10 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 # Read when a command uses them, not at import: a request may change these and still fork.
-LATE = ("MLFLOW_", "DEEPEN_", "PYTEST_")
-# What a tiny run imports (python -X importtime), and the other commands' modules.
-PRELOAD = ("torch", "transformers", "datasets", "evaluate", "sklearn.metrics", "mlflow", "git",
+LATE = ("MLFLOW_", "DEEPEN_", "PYTEST_", "HYDRA_")
+# What a tiny run imports (python -X importtime), and the other commands' modules; deepen-run's own
+# module first, as in a fresh process: it sets OMP_WAIT_POLICY before torch loads libgomp.
+PRELOAD = ("deepen_run.cli.run", "torch", "transformers", "datasets", "evaluate", "sklearn.metrics", "mlflow", "git",
            "mlflow.store.tracking.sqlalchemy_store", "transformers.masking_utils", "transformers.modeling_layers",
            "deepen_run.cli.run", "deepen_run.run.runner", "deepen_run.run.train", "deepen_run.model.backbone",
            "deepen_run.run.preflight", "deepen_run.sweep.summary", "deepen_run.report.main",
@@ -56,7 +57,9 @@ class _Server:
         self.buf = b""
         atexit.register(self.close)
         try:
-            self.ready = self.line(600) == {"ready": True}
+            self.set_at_import = self.line(600)["set_at_import"]
+            self.env.update(self.set_at_import)
+            self.ready = True
         except RuntimeError:  # it could not import what it preloads: every command falls back
             self.ready = False
 
@@ -77,9 +80,11 @@ class _Server:
         msg, self.buf = self.buf.split(b"\n", 1)
         return json.loads(msg)
 
-    def forkable(self, env: dict) -> bool:
-        keys = set(env) | set(self.env)
-        return self.ready and all(env.get(k) == self.env.get(k) or k.startswith(LATE) for k in keys)
+    def differences(self, env: dict) -> list[str]:
+        """The variables in which env differs from the server's where a fork would not see the change.
+        A variable the commands' modules set at import may be missing: the child sets it as they would."""
+        return sorted(k for k in set(env) | set(self.env) if env.get(k) != self.env.get(k)
+                      and not k.startswith(LATE) and not (k in self.set_at_import and k not in env))
 
 
 _server: _Server | None = None
@@ -98,7 +103,13 @@ def run(argv: list[str], *, env: dict | None = None, timeout: float | None = Non
     target = _target(argv)
     if target is not None and not off() and _server is None:
         _server = _Server()
-    if target is None or _server is None or not _server.forkable(env) or _server.proc.poll() is not None:
+    why = "not one of our commands" if target is None else "off" if _server is None else \
+        "no server" if not _server.ready or _server.proc.poll() is not None else \
+        ", ".join(_server.differences(env))
+    if os.environ.get("DEEPEN_TEST_FORK_LOG"):  # which commands forked, and why the others did not
+        with open(os.environ["DEEPEN_TEST_FORK_LOG"], "a") as log:
+            log.write(f"{'fallback' if why else 'fork'}\t{why}\t{' '.join(argv[:3])}\n")
+    if why:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     with tempfile.TemporaryDirectory(prefix="fork-") as tmp:
         out, err = Path(tmp, "out"), Path(tmp, "err")
@@ -173,7 +184,7 @@ def serve() -> None:
     set_at_import = {k: v for k, v in os.environ.items() if before.get(k) != v}
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # a stray print must not break the protocol
-    out.write(b'{"ready": true}\n')
+    out.write(json.dumps({"set_at_import": set_at_import}).encode() + b"\n")
     for raw in sys.stdin.buffer:
         req = json.loads(raw)
         sys.stdout.flush()
