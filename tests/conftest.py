@@ -17,6 +17,8 @@ from deepen_run.config.schema import ROOT, register
 from deepen_run.methods import schemas
 from deepen_run.util import sqlite_path
 
+import forkserver  # noqa: I001 (the tests' own helper, beside this file)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -30,6 +32,7 @@ for _var in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
 # side used about a fifth more CPU time that way.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+forkserver.base_env = dict(os.environ)
 register(schemas())
 
 
@@ -153,7 +156,7 @@ def cli(*args: str, timeout: int = HANG, env: dict | None = None, prog: str = "d
     """Run `deepen-run` as a user would, in a fresh process (its outputs in tmp folders)."""
     e = {**os.environ, **(env or {})}
     exe = Path(sys.executable).with_name(prog)
-    return subprocess.run([str(exe), *isolated(args)], capture_output=True, text=True, timeout=timeout, env=e)
+    return forkserver.run([str(exe), *isolated(args)], timeout=timeout, env=e)
 
 
 def token_batch(B=3, T=9) -> dict:

@@ -21,6 +21,7 @@ from deepen_run.errors import UserError
 from deepen_run.tracking.connect import schema_version
 from deepen_run.tracking.store import Tracker
 from deepen_run.util import sqlite_path
+import forkserver
 
 
 def test_the_variables_are_the_defaults(monkeypatch, tmp_path):
@@ -37,8 +38,7 @@ def test_the_variables_are_the_defaults(monkeypatch, tmp_path):
 
 
 def tool(args: list[str], env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(sys.executable).with_name(args[0])), *args[1:]], capture_output=True, text=True,
-                          timeout=HANG, env=env)
+    return forkserver.run([str(Path(sys.executable).with_name(args[0])), *args[1:]], timeout=HANG, env=env)
 
 
 @pytest.mark.slow

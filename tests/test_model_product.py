@@ -25,6 +25,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import HANG, cli, make_cfg
+import forkserver
 
 ENV = {"OMP_NUM_THREADS": "1", "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "1"}
 SMALL = ["data.max_train_samples=200", "data.max_seq_length=64", "train.save_best=true"]
@@ -52,8 +53,8 @@ def pals(glue_dir, tmp_path_factory):
 
 
 def tool(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"deepen_run.cli.{name}", *args], capture_output=True, text=True,
-                          timeout=HANG, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return forkserver.run([sys.executable, "-m", f"deepen_run.cli.{name}", *args], timeout=HANG,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def tsv(path: Path) -> list[list[str]]:

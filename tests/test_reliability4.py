@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from conftest import HANG, make_cfg
+import forkserver
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 pytestmark = pytest.mark.subprocess  # most of these start the commands as a user would
 
 
 def tool(name: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"deepen_run.cli.{name}", *args], capture_output=True, text=True,
-                          timeout=HANG, env=env or ENV)
+    return forkserver.run([sys.executable, "-m", f"deepen_run.cli.{name}", *args], timeout=HANG, env=env or ENV)
 
 
 @pytest.fixture(scope="module")

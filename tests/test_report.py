@@ -12,6 +12,7 @@ from deepen_run.report import main as report
 from deepen_run.config.redact import public_config
 from deepen_run.run.names import tags_for
 from deepen_run.tracking.store import Tracker, flatten
+import forkserver
 
 EXP = "study-test"
 
@@ -369,12 +370,11 @@ def test_json_contrasts_are_recomputed_from_per_seed_which_equals_mlflow(tmp_pat
 
 def report_cli(*args: str):
     """deepen-report in a fresh process, as a user runs it (it takes no Hydra overrides)."""
-    import subprocess
     import sys
     from pathlib import Path
 
     exe = Path(sys.executable).with_name("deepen-report")
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=600)
+    return forkserver.run([str(exe), *args], timeout=600)
 
 
 def git(repo, *args) -> str:
