@@ -23,8 +23,9 @@ import tempfile
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
-# Read when a command uses them, not at import: a request may change these and still fork.
-LATE = ("MLFLOW_", "DEEPEN_", "PYTEST_", "HYDRA_")
+# Read when a command uses them, not at import: a request may change these and still fork (MLflow sets
+# _MLFLOW_TELEMETRY_SESSION_ID in the test process once it has opened a store).
+LATE = ("MLFLOW_", "_MLFLOW_", "DEEPEN_", "PYTEST_", "HYDRA_")
 # What a tiny run imports (python -X importtime), and the other commands' modules; deepen-run's own
 # module first, as in a fresh process: it sets OMP_WAIT_POLICY before torch loads libgomp.
 PRELOAD = ("deepen_run.cli.run", "torch", "transformers", "datasets", "evaluate", "sklearn.metrics", "mlflow", "git",
