@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
 from conftest import HANG, cli, make_cfg, runs_of
 from test_tracking_server import mlflow_server  # noqa: F401 (a live `mlflow server`, a fixture)
 from deepen_run.tracking.store import Tracker
@@ -381,7 +382,7 @@ def test_resume_of_a_run_whose_store_was_deleted_is_one_line(glue_dir, tmp_path)
               f"hydra.run.dir={tmp_path}/run", "data.max_train_samples=64", "data.max_eval_samples=32",
               "data.max_seq_length=32", "train.batch_size=8", "train.max_steps=100000", "train.save_every=5"]
     exe = Path(sys.executable).with_name("deepen-run")
-    proc = subprocess.Popen([str(exe), *common, f"data.cache_dir={tmp_path}/cache"], stdout=subprocess.DEVNULL,
+    proc = forkserver.popen([str(exe), *common, f"data.cache_dir={tmp_path}/cache"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + HANG
@@ -410,7 +411,7 @@ def test_a_signal_ends_a_run_killed_with_a_checkpoint(glue_dir, tmp_path, name):
 
     uri = f"sqlite:///{tmp_path}/m.db"
     exe = Path(sys.executable).with_name("deepen-run")
-    proc = subprocess.Popen([str(exe), "backbone=tiny", "task=sst2", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+    proc = forkserver.popen([str(exe), "backbone=tiny", "task=sst2", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
                              f"hydra.run.dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache",
                              "data.max_train_samples=64", "data.max_eval_samples=32", "data.max_seq_length=32",
                              "train.batch_size=8", "train.max_steps=100000", "train.save_every=5"],

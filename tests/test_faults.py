@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
 from conftest import HANG, cli, isolated, runs_of
 
 TINY = ["task=rte", "backbone=tiny", "train.batch_size=8", "data.max_train_samples=32", "data.max_eval_samples=32",
@@ -21,7 +22,7 @@ LONG = [*TINY, "train.max_steps=100000", "train.save_every=5"]
 
 def start(*a, stdout=subprocess.DEVNULL) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("deepen-run")
-    return subprocess.Popen([str(exe), *isolated(a)], stdout=stdout, stderr=subprocess.PIPE, text=True,
+    return forkserver.popen([str(exe), *isolated(a)], stdout=stdout, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
 

@@ -3,6 +3,7 @@ transformers and MLflow once. A command it runs must behave as the same command 
 the same exit code, the same output and the same records."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -72,3 +73,36 @@ def test_a_command_that_runs_past_its_timeout_is_killed_as_subprocess_run_kills_
     # the server goes on serving
     r = forkserver.run([EXE, "backbone=nope", f"hydra.run.dir={tmp_path}/run"], timeout=HANG)
     assert r.returncode == 2
+
+
+def test_a_forked_popen_is_signalled_waited_on_and_read_as_a_fresh_one(glue_dir, tmp_path):
+    """forkserver.popen, for the tests that stop a command while it runs: its pid takes the signal, its
+    pipe gives stderr line by line, wait's timeout and poll behave as Popen's, and the run ends as
+    docs/reliability.md says (SIGTERM: KILLED with a checkpoint, exit 143)."""
+    import signal
+    import time
+
+    before = forkserver.forked
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    argv = [EXE, *isolated([*TINY, "train.max_steps=100000", "train.save_every=5", f"data.glue_dir={glue_dir}",
+                            f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run"])]
+    proc = forkserver.popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert forkserver.forked == before + 1 and os.getpgid(proc.pid) == proc.pid  # its own session
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=1)
+    t0 = time.time()
+    while not list((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")):
+        assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=HANG)[1]
+    assert proc.returncode == 143 and proc.poll() == 143, err[-2000:]
+    _, (run,) = runs_of(uri)
+    assert run.info.status == "KILLED" and "SIGTERM" in err
+    # A usage error's stderr through the pipe, line by line, is a fresh process's.
+    bad = [EXE, "backbone=nope", f"hydra.run.dir={tmp_path}/bad"]
+    proc = forkserver.popen(bad, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = list(proc.stderr)
+    assert proc.wait(timeout=HANG) == 2 and forkserver.forked == before + 2
+    fresh = subprocess.run(bad, capture_output=True, text=True, timeout=HANG)
+    assert "".join(lines) == fresh.stderr and "backbone=nope" in fresh.stderr

@@ -1,6 +1,8 @@
 """deepen-report --plan (deepen_run/report/plan.py): Study III read by the plan it was designed with
 (docs/plans/s3.yaml: Holm over all 15 readings, 10993d0), from its published job files alone; an
 edited copy of the plan is reported as changed, with its diff, and its changed member as post hoc."""
+from pathlib import Path
+
 import pytest
 
 from deepen_run.config.schema import ROOT
@@ -158,6 +160,18 @@ def test_a_studys_jobs_record_its_plan_and_a_later_edit_is_post_hoc(tmp_path, ca
     report.main(["--plan", str(plan), *argv])
     out = capsys.readouterr().out
     assert out.startswith("**The plan changed after its runs recorded it.**") and "member H changed" in out
+    assert {r[11] for r in family(out).values()} == {"post hoc"}
+    # The edited plan then recorded by more jobs than the first (here 2 of the 4 files re-stamped, then
+    # 3): the report still holds the member to the first plan the runs recorded.
+    edited = sha(plan.read_text())
+    (tmp_path / "pub" / "jobs" / f"plan-{edited}.yaml").write_text(plan.read_text())
+    for f in files[:3]:
+        text = Path(f).read_text()
+        Path(f).write_text(text.replace(text.splitlines()[1].rsplit(",", 1)[1], edited))
+    report.main(["--plan", str(plan), *argv])
+    out = capsys.readouterr().out
+    assert out.startswith("**The plan changed after its runs recorded it.**"), out[:300]
+    assert f"{edited} (3 job files" in out and "(1 job files" in out and "member H changed" in out
     assert {r[11] for r in family(out).values()} == {"post hoc"}
 
 

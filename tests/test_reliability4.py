@@ -163,7 +163,7 @@ def test_a_stopped_export_leaves_no_temporary_folder(model_dir, tmp_path, sig):
     import time
 
     dest = tmp_path / "exp"
-    p = subprocess.Popen([sys.executable, "-m", "deepen_run.cli.export", str(model_dir), str(dest)],
+    p = forkserver.popen([sys.executable, "-m", "deepen_run.cli.export", str(model_dir), str(dest)],
                          stderr=subprocess.PIPE, text=True, env=ENV)
     deadline = time.monotonic() + HANG
     while not list(tmp_path.glob(".exp.*.tmp")) and p.poll() is None and time.monotonic() < deadline:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
 from conftest import HANG, cli, isolated, runs_of
 from deepen_run.run.lifecycle import reap_orphans
 from deepen_run.tracking.store import Tracker
@@ -34,7 +35,7 @@ def args(glue_dir, uri, run_dir, *extra):
 
 def start(*a) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("deepen-run")
-    return subprocess.Popen([str(exe), *isolated(a)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    return forkserver.popen([str(exe), *isolated(a)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **ENV})
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
 from conftest import HANG, cli, existing_store, isolated
 from test_bad_input import snapshot, user_folder
 
@@ -83,7 +84,7 @@ def test_a_second_process_refused_by_the_lock_writes_nothing(tmp_path, glue_dir)
     in that dir exits 2, and the first run's .hydra/ and log are byte-identical afterwards."""
     run = tmp_path / "run"
     args = isolated(["backbone=tiny", "task=rte", "train.max_steps=100000", f"hydra.run.dir={run}"])
-    first = subprocess.Popen([str(Path(sys.executable).with_name("deepen-run")), *args],
+    first = forkserver.popen([str(Path(sys.executable).with_name("deepen-run")), *args],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + HANG

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
 from conftest import HANG, cli, isolated
 from deepen_run.run.bookkeeping import long_run_warning
 
@@ -46,7 +47,7 @@ def test_a_run_of_hours_says_so_after_its_first_steps(tmp_path, glue_dir):
     args = isolated(["task=rte", "backbone=tiny", "train.max_steps=3000000", "train.batch_size=8",
                      "data.max_train_samples=32", "data.max_eval_samples=32", "data.max_seq_length=32",
                      "train.save_every=0", f"data.glue_dir={glue_dir}"])
-    proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = forkserver.popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     err, t0 = "", time.time()
     try:

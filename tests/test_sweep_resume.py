@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import forkserver
 from conftest import HANG, cli, existing_store, runs_of
 from deepen_run.report import main as report
 
@@ -56,7 +57,7 @@ def interrupt(tmp_path, glue_dir, sig):
             f"hydra.sweep.dir={sweep}", f"data.cache_dir={tmp_path}/cache"]
     existing_store(f"sqlite:///{tmp_path}/mlflow.db")
     exe = Path(sys.executable).with_name("deepen-run")
-    proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = forkserver.popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     t0 = time.time()
     while True:

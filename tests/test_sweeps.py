@@ -6,6 +6,7 @@ import statistics
 
 import pytest
 
+import forkserver
 from conftest import HANG, cli, runs_of
 from deepen_run.report import main as report
 
@@ -192,7 +193,7 @@ def test_a_second_ctrl_c_stops_the_launcher_at_once_and_the_next_run_ends_its_pa
     existing_store(uri)
     exe = Path(sys.executable).with_name("deepen-run")
     long = [a for a in TINY if not a.startswith("train.max_steps")] + ["train.max_steps=100000", "train.save_every=5"]
-    proc = subprocess.Popen([str(exe), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2", *long,
+    proc = forkserver.popen([str(exe), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2", *long,
                              f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.sweep.dir={sweep}",
                              f"data.cache_dir={tmp_path}/cache"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,

@@ -166,18 +166,21 @@ def header(path: Path, plan: dict, text: str, rec: dict[str, dict]) -> tuple[str
         return line + "; the runs recorded no plan: every reading is read as this plan says, unchecked.\n\n", set()
     if mine in rec and len(rec) == 1:
         return line + f"; the runs recorded this plan ({rec[mine]['files']} job files): read as designed.\n\n", set()
-    then_sha = max(rec, key=lambda s: rec[s]["files"])
-    then = rec[then_sha]
     import yaml
 
-    post, what = changed_members(plan, yaml.safe_load(then["text"]))
-    others = "" if len(rec) == 1 else " (the runs recorded several plans: " + ", ".join(
-        f"{s} by {r['files']} job files" for s, r in rec.items()) + f"; compared with {then_sha}, the most recorded)"
-    diff = "".join(difflib.unified_diff(then["text"].splitlines(True), text.splitlines(True),
-                                        str(then["where"]), str(path)))
-    out = (f"**The plan changed after its runs recorded it.** {line}; the runs recorded {then_sha} "
-           f"({then['files']} job files, {then['where']}){others}. " + ("; ".join(what) or "only comments changed")
-           + ": readings of a changed member are labelled post hoc.\n\n```diff\n" + diff + "```\n\n")
+    # Held to every plan the runs recorded, not only the most recorded: a plan edited after its first
+    # jobs and recorded by more jobs afterwards still marks the member it changed.
+    post, what, diff = set(), [], ""
+    for s, r in sorted(rec.items(), key=lambda kv: -kv[1]["files"]):
+        if s == mine:
+            continue
+        p, w = changed_members(plan, yaml.safe_load(r["text"]))
+        post |= p
+        what.append(f"against {s}: " + ("; ".join(w) or "only comments changed"))
+        diff += "".join(difflib.unified_diff(r["text"].splitlines(True), text.splitlines(True), str(r["where"]), str(path)))
+    recs = ", ".join(f"{s} ({r['files']} job files, {r['where']})" for s, r in rec.items())
+    out = (f"**The plan changed after its runs recorded it.** {line}; the runs recorded {recs}. "
+           + "; ".join(what) + ": readings of a changed member are labelled post hoc.\n\n```diff\n" + diff + "```\n\n")
     return out, post
 
 
