@@ -120,8 +120,8 @@ def off() -> bool:
     return os.environ.get("DEEPEN_TEST_FORK", "1") == "0"
 
 
-def _why_not(argv: list[str], env: dict) -> tuple[str, tuple[str, str] | None]:
-    """(why the command cannot fork, "" if it can; its target)."""
+def _why_not(argv: list[str], env: dict) -> str:
+    """Why the command cannot fork; "" if it can."""
     global _server
     target = _target(argv)
     if target is not None and not off() and _server is None:
@@ -132,14 +132,14 @@ def _why_not(argv: list[str], env: dict) -> tuple[str, tuple[str, str] | None]:
     if os.environ.get("DEEPEN_TEST_FORK_LOG"):  # which commands forked, and why the others did not
         with open(os.environ["DEEPEN_TEST_FORK_LOG"], "a") as log:
             log.write(f"{'fallback' if why else 'fork'}\t{why}\t{' '.join(argv[:3])}\n")
-    return why, target
+    return why
 
 
 def run(argv: list[str], *, env: dict | None = None, timeout: float | None = None,
         cwd: str | None = None) -> subprocess.CompletedProcess:
     """subprocess.run(argv, capture_output=True, text=True, ...), forked from the server where it can be."""
     env = dict(os.environ if env is None else env)
-    why, _ = _why_not(argv, env)
+    why = _why_not(argv, env)
     if why:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -161,7 +161,7 @@ def _read(f) -> str:
 def popen(argv: list[str], *, env: dict | None = None, **kw):
     """subprocess.Popen(argv, ...), forked from the server where it can be (stdin: None or DEVNULL;
     stdout and stderr: PIPE, DEVNULL, a file or None; text or bytes)."""
-    why, _ = _why_not(argv, dict(os.environ if env is None else env))
+    why = _why_not(argv, dict(os.environ if env is None else env))
     if why or kw.get("stdin") == subprocess.PIPE:
         return subprocess.Popen(argv, env=env, **kw)
     return Forked(argv, env=env, **kw)
