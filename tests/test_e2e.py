@@ -10,8 +10,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.subprocess]
 
 
 def test_sst2_learns_and_is_recorded(glue_dir, mlflow_uri):
-    # Measured: 0.767 at these settings (seed 1); chance is 0.51 (444/872 positive). 30 steps at 1e-4
-    # learn about as far as 60 at 5e-5 did (0.776) for half the training (the suite's longest test).
+    # Measured at these settings (seed 1): 0.767 in fp32 (a CPU without native bf16), 0.736 in bf16
+    # (train.mixed_precision=auto on an AVX-512 BF16 EPYC); chance is 0.51 (444/872 positive). 30 steps
+    # at 1e-4 learn about as far as 60 at 5e-5 did (0.776) for half the training.
     r = cli("task=sst2", "backbone=minilm", f"data.glue_dir={glue_dir}", "data.max_train_samples=2000",
             "train.max_steps=30", "train.learning_rate=1e-4", "seed=1", f"tracking.uri={mlflow_uri}")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -23,7 +24,7 @@ def test_sst2_learns_and_is_recorded(glue_dir, mlflow_uri):
     assert {k: run.data.tags[k] for k in ("backbone", "method", "task", "seed")} == \
         {"backbone": "minilm", "method": "baseline", "task": "sst2", "seed": "1"}
     m = run.data.metrics
-    assert m["eval/sst2/accuracy"] >= 0.74
+    assert m["eval/sst2/accuracy"] >= 0.70
     assert m["eval/score"] == pytest.approx(m["eval/sst2/accuracy"])
     assert m["params/backbone"] == 22713216 and m["params/heads"] == 384 * 2 + 2
     assert m["params/ratio"] == pytest.approx(m["params/total"] / m["params/backbone"])
