@@ -113,7 +113,7 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
 
     own = StopFlag().install() if installed() is None else None
     try:
-        cfg, home = resume.resolve(cfg)
+        cfg, home = resume.resolve_on_every_rank(cfg)
         folder = home or resume.current_dir()
         # Only rank 0 owns the run dir; the other ranks of a multi-process run share its home.
         holding = run_dir_lock(folder, resuming=home is not None) \

@@ -25,6 +25,10 @@ from deepen_run.run.stop import check
 STATE = "trainer_state.json"
 
 
+def local_file(rank: int) -> str:
+    return f"loop_state_{rank}.json"
+
+
 def steps_of(folder: Path) -> list[tuple[int, Path]]:
     ckpts = folder / "checkpoints"
     found = [(int(p.name[5:]), p) for p in ckpts.glob("step-*") if p.name[5:].isdigit() and (p / STATE).is_file()]
@@ -118,9 +122,13 @@ class Checkpointer:
         self.step, self.saved_step = 0, -1
         self.evaluated = None  # the last step whose evaluation is in the state (a resume redoes a missing one)
         self.best, self.best_step = -math.inf, None
-        # More of the loop's state to save and restore (early stopping's counter, the running loss): a
-        # value, or a function that gives it when a checkpoint is written.
+        # More of the loop's state to save and restore (early stopping's counter): a value, or a
+        # function that gives it when a checkpoint is written; rank 0 writes it into trainer_state.json.
         self.extra: dict = {}
+        # State each process holds for itself (its running loss): every rank writes its own file,
+        # as Accelerate does its RNG states, so a resume on several ranks gives each its own back.
+        self.local: dict = {}
+        self.restored_local: dict = {}
 
     def wrap(self, loaders: dict, seeds: dict) -> dict:
         self.streams = {t: TaskStream(dl, seeds[t]) for t, dl in loaders.items()}
@@ -143,6 +151,10 @@ class Checkpointer:
         self.step = self.saved_step = st["step"]
         self.best, self.best_step = st.get("best_score", -math.inf), st.get("best_step")
         self.extra = st.get("extra", {})
+        mine = ckpt / local_file(self.acc.process_index)
+        # A checkpoint from before the per-rank files kept rank 0's running loss in extra.
+        self.restored_local = json.loads(mine.read_text()) if mine.is_file() else \
+            {k: self.extra.pop(k) for k in ("loss",) if k in self.extra}
         # Older checkpoints lack the key: with early stopping on, their state was rewritten after the
         # evaluation (counted, not to be made again); without it, the evaluation is missing.
         self.evaluated = st.get("evaluated", self.step if "early_stop" in self.extra else None)
@@ -178,6 +190,7 @@ class Checkpointer:
 
         def fill(tmp: Path):
             self.acc.save_state(str(tmp), safe_serialization=True)
+            (tmp / local_file(self.acc.process_index)).write_text(json.dumps({k: v() for k, v in self.local.items()}))
             if self.acc.is_main_process:
                 (tmp / STATE).write_text(json.dumps(self._state(step)))
 
