@@ -1,6 +1,7 @@
 """Checkpoints (docs/reliability.md, sections Checkpoints and Resume): every train.save_every steps
 checkpoints/step-<N>/ holds accelerator.save_state's files (loaded back with weights_only=True) and
-trainer_state.json (step, batches consumed per task, best score, the evaluation it counts); the last
+trainer_state.json (step, batches consumed per task, best score, the evaluation it counts) and each
+rank's loop_state_<rank>.json (its running loss); the last
 train.save_total_limit are kept. checkpoints/best/ holds the best eval/score's weights (keeps_best).
 Each is filled in a hidden temporary folder and renamed, so a crash never leaves half a checkpoint.
 
