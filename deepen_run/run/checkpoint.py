@@ -116,6 +116,13 @@ class Checkpointer:
         if home is None and tcfg.model_selection == "best":
             raise UserError("train.model_selection=best keeps the best weights in the run dir; this run has none")
         self.root = home / "checkpoints" if home is not None else None
+        if self.root is not None and accelerator.num_processes > 1:
+            # Rank 0's run dir for every rank: the others run in private scratch dirs (cli/run.py), and
+            # their own files (Accelerate's RNG states, loop_state_<rank>.json) belong in the one checkpoint.
+            from accelerate.utils import broadcast_object_list
+
+            shared = broadcast_object_list([str(self.root)])
+            self.root = Path(shared[0])
         self.every = tcfg.save_every if home is not None else 0
         self.keep_best = home is not None and keeps_best(tcfg, total, predict)
         self.limit, self.acc, self.total = tcfg.save_total_limit, accelerator, total
