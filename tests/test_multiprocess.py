@@ -143,13 +143,13 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_step(glue_dir, tmp_path):
 
 
 @pytest.mark.subprocess
-def test_two_ranks_stopped_between_two_log_lines_continue_with_resume_auto(glue_dir, tmp_path):
+def test_two_ranks_stopped_between_two_log_lines_resume_auto_to_the_same_logged_loss(glue_dir, tmp_path):
     """docs/reliability.md, Resume: SIGTERM during step 3 of 6 with log_every=2 (between the log lines
     of steps 2 and 4), then the same command with resume=auto on two ranks again: both continue the run
     rank 0 finds (rank 1's run dir is a private scratch dir, where it alone would find none: it used to
-    start afresh and wait on rank 0 forever), and the one MLflow run ends FINISHED at step 6. Its
-    train/loss history after the stop is not yet an uninterrupted two-rank run's: a known limit
-    (docs/reliability.md), reported as xfail while it holds."""
+    start afresh and wait on rank 0 forever), and the one MLflow run's train/loss history, read back
+    from the store, is an uninterrupted two-rank run's: both ranks' RNG states and running losses are in
+    the checkpoint (rank 1's used to go to its scratch dir)."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     a = ["task=rte", "backbone=tiny", f"data.glue_dir={glue_dir}", "data.max_train_samples=64",
          "data.max_eval_samples=16", "data.max_seq_length=32", "train.max_steps=6", "train.log_every=2",
@@ -159,6 +159,8 @@ def test_two_ranks_stopped_between_two_log_lines_continue_with_resume_auto(glue_
     b = [*a, f"hydra.run.dir={tmp_path}/cut", "tracking.experiment=cut"]
     r = torchrun(tmp_path, *b, signal_rank="0", at_step=3)
     assert r.returncode != 0 and "checkpoint step-3 kept" in r.stderr, r.stderr[-3000:]
+    kept = {p.name for p in (tmp_path / "cut" / "checkpoints" / "step-3").iterdir()}
+    assert {"random_states_0.pkl", "random_states_1.pkl", "loop_state_0.json", "loop_state_1.json"} <= kept, kept
     r = torchrun(tmp_path, *b, "resume=auto")
     assert r.returncode == 0 and "at step 3 of 6" in r.stdout, (r.stdout + r.stderr)[-3000:]
     client, (done,) = runs_of(uri, "cut")
@@ -166,6 +168,5 @@ def test_two_ranks_stopped_between_two_log_lines_continue_with_resume_auto(glue_
     assert done.info.status == "FINISHED" and done.data.tags["num_processes"] == "2"
     history = [[(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "train/loss")]
                for run in (ref, done)]
-    assert [step for step, _ in history[0]] == [2, 4, 6] and history[1][0] == history[0][0]  # before the stop
-    if history[1] != history[0]:
-        pytest.xfail(f"a known limit (docs/reliability.md): the loss logged after a two-rank resume differs: {history}")
+    assert [step for step, _ in history[0]] == [2, 4, 6]
+    assert history[1] == history[0], history
