@@ -28,7 +28,7 @@ quiet_waits()
 
 import hydra  # noqa: E402
 
-from deepen_run.config.schema import ROOT, register  # noqa: E402
+from deepen_run.config.schema import ROOT, Config, register  # noqa: E402
 from deepen_run.errors import FromRun, UserError, composition_line, fail, fail_with  # noqa: E402
 from deepen_run.methods import schemas  # noqa: E402
 from deepen_run.util import QuickExit, one_line, phase  # noqa: E402
@@ -62,6 +62,35 @@ def quiet_other_ranks(argv: list[str]) -> list[str]:
     # Replace, not add: Hydra rejects a key given twice, and rank 0 alone owns the run dir.
     keep = [a for a in argv[1:] if a.split("=", 1)[0].lstrip("+~") not in quiet]
     return argv[:1] + keep + [f"{k}={v}" for k, v in quiet.items()]
+
+
+def resolve_on_every_rank(cfg) -> tuple:
+    """resume.resolve() on rank 0, whose answer the other ranks take: in their scratch dirs resume=auto
+    would find no run, start afresh and wait on rank 0's collectives forever."""
+    from deepen_run.run import resume
+
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return resume.resolve(cfg)
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+    from omegaconf import OmegaConf
+
+    from deepen_run.run.fast import cpu_processes
+
+    main = PartialState(cpu=cpu_processes()).is_main_process  # the process group the run's Accelerator joins
+    answer = [None]
+    if main:
+        try:
+            cfg, home = resume.resolve(cfg)
+            answer = [(None, OmegaConf.to_container(cfg, resolve=False), home)]
+        except UserError as e:  # every rank stops with the same line; none waits for the others
+            answer = [(str(e), None, None)]
+    error, config, home = broadcast_object_list(answer)[0]
+    if error is not None:
+        raise UserError(error)
+    if main or home is None:
+        return cfg, home
+    return OmegaConf.merge(OmegaConf.structured(Config), config), home  # rank 0's run, as it resolved it
 
 
 def _task(cfg) -> float:
@@ -113,7 +142,7 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
 
     own = StopFlag().install() if installed() is None else None
     try:
-        cfg, home = resume.resolve_on_every_rank(cfg)
+        cfg, home = resolve_on_every_rank(cfg)
         folder = home or resume.current_dir()
         # Only rank 0 owns the run dir; the other ranks of a multi-process run share its home.
         holding = run_dir_lock(folder, resuming=home is not None) \

@@ -25,9 +25,7 @@ from deepen_run.run.stop import check
 
 STATE = "trainer_state.json"
 
-
-def local_file(rank: int) -> str:
-    return f"loop_state_{rank}.json"
+LOCAL = "loop_state_{}.json"  # a rank's own state (its running loss)
 
 
 def steps_of(folder: Path) -> list[tuple[int, Path]]:
@@ -116,13 +114,10 @@ class Checkpointer:
         if home is None and tcfg.model_selection == "best":
             raise UserError("train.model_selection=best keeps the best weights in the run dir; this run has none")
         self.root = home / "checkpoints" if home is not None else None
-        if self.root is not None and accelerator.num_processes > 1:
-            # Rank 0's run dir for every rank: the others run in private scratch dirs (cli/run.py), and
-            # their own files (Accelerate's RNG states, loop_state_<rank>.json) belong in the one checkpoint.
-            from accelerate.utils import broadcast_object_list
+        if self.root is not None and accelerator.num_processes > 1:  # rank 0's: the others run in scratch
+            from accelerate.utils import broadcast_object_list  # dirs, and their RNG states belong here too
 
-            shared = broadcast_object_list([str(self.root)])
-            self.root = Path(shared[0])
+            self.root = broadcast_object_list([self.root])[0]
         self.every = tcfg.save_every if home is not None else 0
         self.keep_best = home is not None and keeps_best(tcfg, total, predict)
         self.limit, self.acc, self.total = tcfg.save_total_limit, accelerator, total
@@ -130,13 +125,10 @@ class Checkpointer:
         self.step, self.saved_step = 0, -1
         self.evaluated = None  # the last step whose evaluation is in the state (a resume redoes a missing one)
         self.best, self.best_step = -math.inf, None
-        # More of the loop's state to save and restore (early stopping's counter): a value, or a
-        # function that gives it when a checkpoint is written; rank 0 writes it into trainer_state.json.
-        self.extra: dict = {}
-        # State each process holds for itself (its running loss): every rank writes its own file,
-        # as Accelerate does its RNG states, so a resume on several ranks gives each its own back.
-        self.local: dict = {}
-        self.restored_local: dict = {}
+        # More of the loop's state to save and restore: a value, or a function that gives it when a
+        # checkpoint is written; extra (early stopping's counter) in trainer_state.json, local (the
+        # running loss) in each rank's own file, as Accelerate keeps each rank's RNG states.
+        self.extra, self.local, self.restored_local = {}, {}, {}
 
     def wrap(self, loaders: dict, seeds: dict) -> dict:
         self.streams = {t: TaskStream(dl, seeds[t]) for t, dl in loaders.items()}
@@ -159,10 +151,8 @@ class Checkpointer:
         self.step = self.saved_step = st["step"]
         self.best, self.best_step = st.get("best_score", -math.inf), st.get("best_step")
         self.extra = st.get("extra", {})
-        mine = ckpt / local_file(self.acc.process_index)
-        # A checkpoint from before the per-rank files kept rank 0's running loss in extra.
-        self.restored_local = json.loads(mine.read_text()) if mine.is_file() else \
-            {k: self.extra.pop(k) for k in ("loss",) if k in self.extra}
+        mine = ckpt / LOCAL.format(self.acc.process_index)  # older checkpoints kept the loss in extra
+        self.restored_local = json.loads(mine.read_text()) if mine.is_file() else {"loss": self.extra.pop("loss", None)}
         # Older checkpoints lack the key: with early stopping on, their state was rewritten after the
         # evaluation (counted, not to be made again); without it, the evaluation is missing.
         self.evaluated = st.get("evaluated", self.step if "early_stop" in self.extra else None)
@@ -198,7 +188,7 @@ class Checkpointer:
 
         def fill(tmp: Path):
             self.acc.save_state(str(tmp), safe_serialization=True)
-            (tmp / local_file(self.acc.process_index)).write_text(json.dumps({k: v() for k, v in self.local.items()}))
+            (tmp / LOCAL.format(self.acc.process_index)).write_text(json.dumps({k: v() for k, v in self.local.items()}))
             if self.acc.is_main_process:
                 (tmp / STATE).write_text(json.dumps(self._state(step)))
 

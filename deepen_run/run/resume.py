@@ -258,33 +258,3 @@ def resolve(cfg) -> tuple:
     merged.resume = str(home)
     return merged, home
 
-
-def resolve_on_every_rank(cfg) -> tuple:
-    """resolve(), the same on every process of a multi-process run: rank 0 decides and the others take
-    its answer. Their run dirs are private scratch dirs (cli/run.py), where resume=auto alone would find
-    no run, start afresh and wait on rank 0's collectives forever."""
-    import os
-
-    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        return resolve(cfg)
-    from accelerate import PartialState
-    from accelerate.utils import broadcast_object_list
-
-    from deepen_run.run.fast import cpu_processes
-
-    state = PartialState(cpu=cpu_processes())  # the process group the run's Accelerator joins later
-    answer = [None]
-    if state.is_main_process:
-        try:
-            cfg, home = resolve(cfg)
-            answer = [(None, OmegaConf.to_container(cfg, resolve=False), str(home) if home is not None else None)]
-        except UserError as e:  # every rank stops with the same line; none waits for the others
-            answer = [(str(e), None, None)]
-    broadcast_object_list(answer)
-    error, config, home = answer[0]
-    if error is not None:
-        raise UserError(error)
-    if state.is_main_process or home is None:
-        return cfg, (Path(home) if home else None)
-    # The run rank 0 continues, with the config it resolved (the rank's own keys are Hydra's, not in it).
-    return OmegaConf.merge(OmegaConf.structured(Config), config), Path(home)
