@@ -170,3 +170,14 @@ def test_two_ranks_stopped_between_two_log_lines_resume_auto_to_the_same_logged_
                for run in (ref, done)]
     assert [step for step, _ in history[0]] == [2, 4, 6]
     assert history[1] == history[0], history
+
+
+@pytest.mark.subprocess
+def test_a_resume_refused_on_rank_0_stops_every_rank_with_its_line(glue_dir, tmp_path):
+    """Rank 0 resolves resume= and hands its answer on: a refusal there reaches rank 1 too, so both
+    stop with the one line (exit 2) instead of rank 1 waiting for an answer that never comes."""
+    r = torchrun(tmp_path, "task=rte", "backbone=tiny", f"data.glue_dir={glue_dir}", f"resume={tmp_path}/nowhere",
+                 f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db")
+    line = f"resume={tmp_path}/nowhere: {tmp_path}/nowhere is not a deepen-run run dir"
+    assert r.returncode != 0 and r.stderr.count(line) == 2, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and not (tmp_path / "mlflow.db").exists()

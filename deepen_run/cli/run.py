@@ -31,7 +31,7 @@ import hydra  # noqa: E402
 from deepen_run.config.schema import ROOT, Config, register  # noqa: E402
 from deepen_run.errors import FromRun, UserError, composition_line, fail, fail_with  # noqa: E402
 from deepen_run.methods import schemas  # noqa: E402
-from deepen_run.util import QuickExit, one_line, phase  # noqa: E402
+from deepen_run.util import QuickExit, first_line, one_line, phase  # noqa: E402
 
 register(schemas())
 
@@ -72,22 +72,26 @@ def resolve_on_every_rank(cfg) -> tuple:
     if int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return resume.resolve(cfg)
     from accelerate import PartialState
-    from accelerate.utils import broadcast_object_list
+    from accelerate.utils import broadcast_object_list, parse_flag_from_env
     from omegaconf import OmegaConf
 
     from deepen_run.run.fast import cpu_processes
 
-    main = PartialState(cpu=cpu_processes()).is_main_process  # the process group the run's Accelerator joins
-    answer = [None]
+    # The process group the run's Accelerator joins (reading ACCELERATE_USE_CPU as it does).
+    main = PartialState(cpu=cpu_processes() or parse_flag_from_env("ACCELERATE_USE_CPU")).is_main_process
+    answer, failed = [None], None
     if main:
         try:
             cfg, home = resume.resolve(cfg)
             answer = [(None, OmegaConf.to_container(cfg, resolve=False), home)]
-        except UserError as e:  # every rank stops with the same line; none waits for the others
-            answer = [(str(e), None, None)]
+        except Exception as e:  # noqa: BLE001 (re-raised below, after every rank has the line to stop with)
+            user = isinstance(e, UserError)
+            answer, failed = [((user, str(e) if user else f"rank 0: {first_line(e, 2000)}"), None, None)], e
     error, config, home = broadcast_object_list(answer)[0]
+    if failed is not None:
+        raise failed
     if error is not None:
-        raise UserError(error)
+        raise (UserError if error[0] else RuntimeError)(error[1])
     if main or home is None:
         return cfg, home
     return OmegaConf.merge(OmegaConf.structured(Config), config), home  # rank 0's run, as it resolved it

@@ -225,8 +225,8 @@ class Checkpointer:
                 self.acc.save_model(model, str(tmp), safe_serialization=True)
             finally:
                 quiet.setLevel(level)
-            shared_mode(tmp)  # safetensors writes 0600: the kept weights are as readable as the rest
-            if self.acc.is_main_process:
+            if self.acc.is_main_process:  # rank 0 wrote the weights
+                shared_mode(tmp)  # safetensors writes 0600: the kept weights are as readable as the rest
                 (tmp / STATE).write_text(json.dumps(self._state(step)))
 
         self._write(self.root / "best", fill)

@@ -257,4 +257,3 @@ def resolve(cfg) -> tuple:
     merged = OmegaConf.merge(OmegaConf.structured(Config), saved)
     merged.resume = str(home)
     return merged, home
-
