@@ -505,4 +505,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the job it ran has saved its step and ended KILLED; no traceback of ours
+        sys.exit("study: stopped by a signal; the same command continues where it stopped")

@@ -143,14 +143,13 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_step(glue_dir, tmp_path):
 
 
 @pytest.mark.subprocess
-@pytest.mark.xfail(strict=True, reason="a known limit (docs/reliability.md): a two-rank resume logs another "
-                   "train/loss after the stop; resume=auto hangs (rank 1 starts afresh)")
-def test_two_ranks_stopped_between_two_log_lines_resume_to_the_same_logged_loss(glue_dir, tmp_path):
+def test_two_ranks_stopped_between_two_log_lines_resume_auto_to_the_same_logged_loss(glue_dir, tmp_path):
     """docs/reliability.md, Resume: SIGTERM during step 3 of 6 with log_every=2 (between the log lines
-    of steps 2 and 4), then a resume on two ranks again: the one MLflow run's train/loss history, read
-    back from the store, is an uninterrupted two-rank run's. The resume names the run dir: with
-    resume=auto, rank 1 (in its private scratch dir) finds no run to continue and starts afresh at
-    step 0 while rank 0 resumes at step 3, and the two wait on each other's collectives forever."""
+    of steps 2 and 4), then the same command with resume=auto on two ranks again: both continue the run
+    rank 0 finds (rank 1's run dir is a private scratch dir, where it alone would find none: it used to
+    start afresh and wait on rank 0 forever), and the one MLflow run's train/loss history, read back
+    from the store, is an uninterrupted two-rank run's: both ranks' RNG states and running losses are in
+    the checkpoint (rank 1's used to go to its scratch dir)."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     a = ["task=rte", "backbone=tiny", f"data.glue_dir={glue_dir}", "data.max_train_samples=64",
          "data.max_eval_samples=16", "data.max_seq_length=32", "train.max_steps=6", "train.log_every=2",
@@ -160,7 +159,9 @@ def test_two_ranks_stopped_between_two_log_lines_resume_to_the_same_logged_loss(
     b = [*a, f"hydra.run.dir={tmp_path}/cut", "tracking.experiment=cut"]
     r = torchrun(tmp_path, *b, signal_rank="0", at_step=3)
     assert r.returncode != 0 and "checkpoint step-3 kept" in r.stderr, r.stderr[-3000:]
-    r = torchrun(tmp_path, *b, f"resume={tmp_path}/cut")
+    kept = {p.name for p in (tmp_path / "cut" / "checkpoints" / "step-3").iterdir()}
+    assert {"random_states_0.pkl", "random_states_1.pkl", "loop_state_0.json", "loop_state_1.json"} <= kept, kept
+    r = torchrun(tmp_path, *b, "resume=auto")
     assert r.returncode == 0 and "at step 3 of 6" in r.stdout, (r.stdout + r.stderr)[-3000:]
     client, (done,) = runs_of(uri, "cut")
     _, (ref,) = runs_of(uri, "whole")
@@ -169,3 +170,15 @@ def test_two_ranks_stopped_between_two_log_lines_resume_to_the_same_logged_loss(
                for run in (ref, done)]
     assert [step for step, _ in history[0]] == [2, 4, 6]
     assert history[1] == history[0], history
+
+
+@pytest.mark.subprocess
+def test_a_resume_refused_on_rank_0_stops_every_rank_with_its_line(glue_dir, tmp_path):
+    """Rank 0 resolves resume= and hands its answer on: a refusal there reaches rank 1 too, so both
+    stop with the one line (exit 2) instead of rank 1 waiting for an answer that never comes."""
+    r = torchrun(tmp_path, "task=rte", "backbone=tiny", f"data.glue_dir={glue_dir}", f"resume={tmp_path}/nowhere",
+                 f"hydra.run.dir={tmp_path}/run", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db")
+    line = f"resume={tmp_path}/nowhere: {tmp_path}/nowhere is not a deepen-run run dir"
+    # (torchrun adds its own traceback of the failed ranks; each rank printed the line alone)
+    assert r.returncode != 0 and r.stderr.count(line) == 2, r.stderr[-3000:]
+    assert not (tmp_path / "mlflow.db").exists()

@@ -28,10 +28,10 @@ quiet_waits()
 
 import hydra  # noqa: E402
 
-from deepen_run.config.schema import ROOT, register  # noqa: E402
+from deepen_run.config.schema import ROOT, Config, register  # noqa: E402
 from deepen_run.errors import FromRun, UserError, composition_line, fail, fail_with  # noqa: E402
 from deepen_run.methods import schemas  # noqa: E402
-from deepen_run.util import QuickExit, one_line, phase  # noqa: E402
+from deepen_run.util import QuickExit, first_line, one_line, phase  # noqa: E402
 
 register(schemas())
 
@@ -62,6 +62,39 @@ def quiet_other_ranks(argv: list[str]) -> list[str]:
     # Replace, not add: Hydra rejects a key given twice, and rank 0 alone owns the run dir.
     keep = [a for a in argv[1:] if a.split("=", 1)[0].lstrip("+~") not in quiet]
     return argv[:1] + keep + [f"{k}={v}" for k, v in quiet.items()]
+
+
+def resolve_on_every_rank(cfg) -> tuple:
+    """resume.resolve() on rank 0, whose answer the other ranks take: in their scratch dirs resume=auto
+    would find no run, start afresh and wait on rank 0's collectives forever."""
+    from deepen_run.run import resume
+
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return resume.resolve(cfg)
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list, parse_flag_from_env
+    from omegaconf import OmegaConf
+
+    from deepen_run.run.fast import cpu_processes
+
+    # The process group the run's Accelerator joins (reading ACCELERATE_USE_CPU as it does).
+    main = PartialState(cpu=cpu_processes() or parse_flag_from_env("ACCELERATE_USE_CPU")).is_main_process
+    answer, failed = [None], None
+    if main:
+        try:
+            cfg, home = resume.resolve(cfg)
+            answer = [(None, OmegaConf.to_container(cfg, resolve=False), home)]
+        except Exception as e:  # noqa: BLE001 (re-raised below, after every rank has the line to stop with)
+            user = isinstance(e, UserError)
+            answer, failed = [((user, str(e) if user else f"rank 0: {first_line(e, 2000)}"), None, None)], e
+    error, config, home = broadcast_object_list(answer)[0]
+    if failed is not None:
+        raise failed
+    if error is not None:
+        raise (UserError if error[0] else RuntimeError)(error[1])
+    if main or home is None:
+        return cfg, home
+    return OmegaConf.merge(OmegaConf.structured(Config), config), home  # rank 0's run, as it resolved it
 
 
 def _task(cfg) -> float:
@@ -113,7 +146,7 @@ def checked_run(cfg, tags: dict[str, str] | None = None) -> float:
 
     own = StopFlag().install() if installed() is None else None
     try:
-        cfg, home = resume.resolve(cfg)
+        cfg, home = resolve_on_every_rank(cfg)
         folder = home or resume.current_dir()
         # Only rank 0 owns the run dir; the other ranks of a multi-process run share its home.
         holding = run_dir_lock(folder, resuming=home is not None) \

@@ -52,12 +52,12 @@ class Bookkeeping:
 
     def __init__(self, r):
         self.r, self.tcfg, self.acc = r, r.cfg.train, r.accelerator
-        # The loss since the last log line, on the device; a checkpoint keeps it (loss_state), so a run
-        # resumed from a step between two log lines logs the loss an uninterrupted run logs.
-        saved = r.saver.extra.get("loss") or {"sum": 0.0, "seen": 0}
+        # The loss since the last log line, on the device; a checkpoint keeps each rank's (loss_state),
+        # so a run resumed from a step between two log lines logs the loss an uninterrupted run logs.
+        saved = r.saver.restored_local.get("loss") or {"sum": 0.0, "seen": 0}
         self.running = torch.tensor(saved["sum"], dtype=torch.float32, device=self.acc.device)
         self.seen = saved["seen"]
-        r.saver.extra["loss"] = self.loss_state
+        r.saver.local["loss"] = self.loss_state
         self.by_task = TaskLosses()
         # A resumed run logs the sampling probabilities of its epoch only if it starts a new one.
         self.epoch = r.sampler.epoch_of(r.start - 1) if r.start else None

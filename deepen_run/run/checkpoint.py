@@ -1,6 +1,7 @@
 """Checkpoints (docs/reliability.md, sections Checkpoints and Resume): every train.save_every steps
 checkpoints/step-<N>/ holds accelerator.save_state's files (loaded back with weights_only=True) and
-trainer_state.json (step, batches consumed per task, best score, the evaluation it counts); the last
+trainer_state.json (step, batches consumed per task, best score, the evaluation it counts) and each
+rank's loop_state_<rank>.json (its running loss); the last
 train.save_total_limit are kept. checkpoints/best/ holds the best eval/score's weights (keeps_best).
 Each is filled in a hidden temporary folder and renamed, so a crash never leaves half a checkpoint.
 
@@ -23,6 +24,8 @@ from deepen_run.safe_fs import shared_mode
 from deepen_run.run.stop import check
 
 STATE = "trainer_state.json"
+
+LOCAL = "loop_state_{}.json"  # a rank's own state (its running loss)
 
 
 def steps_of(folder: Path) -> list[tuple[int, Path]]:
@@ -111,6 +114,10 @@ class Checkpointer:
         if home is None and tcfg.model_selection == "best":
             raise UserError("train.model_selection=best keeps the best weights in the run dir; this run has none")
         self.root = home / "checkpoints" if home is not None else None
+        if self.root is not None and accelerator.num_processes > 1:  # rank 0's: the others run in scratch
+            from accelerate.utils import broadcast_object_list  # dirs, and their RNG states belong here too
+
+            self.root = broadcast_object_list([self.root])[0]
         self.every = tcfg.save_every if home is not None else 0
         self.keep_best = home is not None and keeps_best(tcfg, total, predict)
         self.limit, self.acc, self.total = tcfg.save_total_limit, accelerator, total
@@ -118,9 +125,10 @@ class Checkpointer:
         self.step, self.saved_step = 0, -1
         self.evaluated = None  # the last step whose evaluation is in the state (a resume redoes a missing one)
         self.best, self.best_step = -math.inf, None
-        # More of the loop's state to save and restore (early stopping's counter, the running loss): a
-        # value, or a function that gives it when a checkpoint is written.
-        self.extra: dict = {}
+        # More of the loop's state to save and restore: a value, or a function that gives it when a
+        # checkpoint is written; extra (early stopping's counter) in trainer_state.json, local (the
+        # running loss) in each rank's own file, as Accelerate keeps each rank's RNG states.
+        self.extra, self.local, self.restored_local = {}, {}, {}
 
     def wrap(self, loaders: dict, seeds: dict) -> dict:
         self.streams = {t: TaskStream(dl, seeds[t]) for t, dl in loaders.items()}
@@ -143,6 +151,8 @@ class Checkpointer:
         self.step = self.saved_step = st["step"]
         self.best, self.best_step = st.get("best_score", -math.inf), st.get("best_step")
         self.extra = st.get("extra", {})
+        mine = ckpt / LOCAL.format(self.acc.process_index)  # older checkpoints kept the loss in extra
+        self.restored_local = json.loads(mine.read_text()) if mine.is_file() else {"loss": self.extra.pop("loss", None)}
         # Older checkpoints lack the key: with early stopping on, their state was rewritten after the
         # evaluation (counted, not to be made again); without it, the evaluation is missing.
         self.evaluated = st.get("evaluated", self.step if "early_stop" in self.extra else None)
@@ -178,6 +188,7 @@ class Checkpointer:
 
         def fill(tmp: Path):
             self.acc.save_state(str(tmp), safe_serialization=True)
+            (tmp / LOCAL.format(self.acc.process_index)).write_text(json.dumps({k: v() for k, v in self.local.items()}))
             if self.acc.is_main_process:
                 (tmp / STATE).write_text(json.dumps(self._state(step)))
 
@@ -214,8 +225,8 @@ class Checkpointer:
                 self.acc.save_model(model, str(tmp), safe_serialization=True)
             finally:
                 quiet.setLevel(level)
-            shared_mode(tmp)  # safetensors writes 0600: the kept weights are as readable as the rest
-            if self.acc.is_main_process:
+            if self.acc.is_main_process:  # rank 0 wrote the weights
+                shared_mode(tmp)  # safetensors writes 0600: the kept weights are as readable as the rest
                 (tmp / STATE).write_text(json.dumps(self._state(step)))
 
         self._write(self.root / "best", fill)
