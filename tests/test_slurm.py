@@ -174,10 +174,10 @@ def test_a_job_at_its_time_limit_saves_and_is_requeued(cluster, tmp_path, glue_d
     # come every 30 s: a 1-min limit with USR2@30 signalled attempts 13-26 s after they started; one
     # before submitit has installed its handler ends the process unrequeued). So both jobs start
     # far from their limit; once job 0 trains, saved once, its limit is brought 60-120 s away: within
-    # signal_delay_s, so SIGUSR2 comes at SLURM's next check (at most 30 s on; 200 steps leave it training
-    # then) and the limit at least 30 s later. The job finishes its step, saves, ends KILLED, and submitit
+    # signal_delay_s, so SIGUSR2 comes at SLURM's next check (at most 30 s on; 500 steps leave it training
+    # then: 200 ran whole in 36 s on a Zen 5 EPYC, before the signal) and the limit at least 30 s later. The job finishes its step, saves, ends KILLED, and submitit
     # requeues it; its next attempt gets the long limit back and runs to the end.
-    proc, sweep, uri = launch(cluster, tmp_path, glue_dir, "train.max_steps=200", "hydra.launcher.timeout_min=10",
+    proc, sweep, uri = launch(cluster, tmp_path, glue_dir, "train.max_steps=500", "hydra.launcher.timeout_min=10",
                               "hydra.launcher.signal_delay_s=120", "hydra.launcher.max_num_timeout=3")
     try:
         wait(proc, lambda: list((sweep / "0").glob("checkpoints/step-*")), "job 0 saved a checkpoint")
@@ -189,7 +189,7 @@ def test_a_job_at_its_time_limit_saves_and_is_requeued(cluster, tmp_path, glue_d
         assert restarts(cluster, job) == 1, job_log(sweep, 0)[-3000:]  # 0: it ran whole before its limit came
         log = job_log(sweep, 0)
         assert "Caught signal SIGUSR2" in log and "this job is timed-out" in log, log[-3000:]
-        step = re.search(r"resuming run preempted \(\w+\) at step (\d+) of 200", log)
+        step = re.search(r"resuming run preempted \(\w+\) at step (\d+) of 500", log)
         assert step and int(step.group(1)) >= 10, log[-3000:]  # continued from the checkpoint saved at the signal
         assert "Caught signal" not in job_log(sweep, 1)  # the twin ran whole
     finally:
