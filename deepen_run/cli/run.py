@@ -232,6 +232,8 @@ def main() -> None:
         _hydra_main()
     except Stopped as e:  # a sweep's job stopped by a signal (a single run exits in _task)
         sys.exit(128 + e.signum)  # its parent is closed KILLED at exit (sweep/launch.py)
+    except KeyboardInterrupt:  # Ctrl-C before a run or sweep installed its stop flag (composing, checking)
+        fail("stopped by SIGINT while starting; the same command starts it again", 130)
     except UserError as e:  # normally printed by rundir.RunDirGuard.on_run_end, before Hydra's own line
         fail_with(e)
     except FromRun as e:
