@@ -234,4 +234,3 @@ def test_a_second_ctrl_c_stops_the_launcher_at_once_and_the_next_run_ends_its_pa
     assert parent.data.tags["error"].startswith(f"process {proc.pid} exited without ending the run")
     assert children and not [r for r in runs if r.info.status == "RUNNING"], [(r.info.run_name, r.info.status)
                                                                                 for r in runs]
-
