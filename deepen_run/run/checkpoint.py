@@ -24,6 +24,9 @@ from deepen_run.safe_fs import shared_mode
 from deepen_run.run.stop import check
 
 STATE = "trainer_state.json"
+# Accelerate's save_model logs "Model weights saved in .../.best.tmp/pytorch_model.bin": the wrong file
+# name (it writes model.safetensors) in a folder renamed right after. Not worth a line.
+logging.getLogger("accelerate.accelerator").addFilter(lambda r: "Model weights saved" not in r.getMessage())
 
 LOCAL = "loop_state_{}.json"  # a rank's own state (its running loss)
 
@@ -216,15 +219,7 @@ class Checkpointer:
             return
 
         def fill(tmp: Path):
-            # Accelerate logs "Model weights saved in .../.best.tmp/pytorch_model.bin": the wrong file
-            # name (it writes model.safetensors) in a folder renamed right after. Not worth a line.
-            quiet = logging.getLogger("accelerate.accelerator")
-            level = quiet.level
-            quiet.setLevel(logging.WARNING)
-            try:
-                self.acc.save_model(model, str(tmp), safe_serialization=True)
-            finally:
-                quiet.setLevel(level)
+            self.acc.save_model(model, str(tmp), safe_serialization=True)
             if self.acc.is_main_process:  # rank 0 wrote the weights
                 shared_mode(tmp)  # safetensors writes 0600: the kept weights are as readable as the rest
                 (tmp / STATE).write_text(json.dumps(self._state(step)))
