@@ -428,6 +428,36 @@ def test_a_signal_ends_a_run_killed_with_a_checkpoint(glue_dir, tmp_path, name):
     assert "Traceback" not in err and f"stopped by {name}; the run is KILLED, its checkpoint step-" in err
 
 
+def test_a_signal_ignored_at_start_stays_ignored_as_nohup_and_a_background_job_ask(glue_dir, tmp_path):
+    """`nohup deepen-run ... &` from a script starts it with SIGHUP and SIGINT ignored: closing the
+    terminal must not stop it. Both reach the run after its first checkpoint and change nothing; the
+    SIGTERM sent after them is the one that stops it (the first signal recorded names the stop)."""
+    import signal
+    import time
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    exe = Path(sys.executable).with_name("deepen-run")
+    proc = subprocess.Popen(["nohup", str(exe), "backbone=tiny", "task=sst2", f"data.glue_dir={glue_dir}",
+                             f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache",
+                             "data.max_train_samples=64", "data.max_eval_samples=32", "data.max_seq_length=32",
+                             "train.batch_size=8", "train.max_steps=100000", "train.save_every=5"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # a shell's `&`
+    deadline = time.time() + HANG
+    while not list((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")):
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1)  # a recorded signal would stop it at the next step's end, a few ms away
+    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=HANG)[1]
+    assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM; the run is KILLED" in err, err[-3000:]
+    client, (run,) = runs_of(uri)
+    assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGTERM"
+
+
 def test_a_late_dash_m_and_an_absent_report_server_are_one_line(tmp_path):
     r = cli("task=rte", "-m", "seed=1,2")
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]

@@ -234,3 +234,26 @@ def test_a_second_ctrl_c_stops_the_launcher_at_once_and_the_next_run_ends_its_pa
     assert parent.data.tags["error"].startswith(f"process {proc.pid} exited without ending the run")
     assert children and not [r for r in runs if r.info.status == "RUNNING"], [(r.info.run_name, r.info.status)
                                                                                 for r in runs]
+
+
+def test_a_ctrl_c_while_a_sweep_starts_is_one_line_and_exit_130(tmp_path, glue_dir):
+    """A Ctrl-C 0.3 s after the command, while the sweep is most likely still composed and checked
+    (before its launcher records signals), ends it with one line and exit 130, not Python's
+    KeyboardInterrupt traceback; one that comes later stops it as a stopped sweep. Its jobs would
+    train for hours: it can only end by the signal. Either way: no traceback, exit 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("deepen-run")
+    args = [a for a in TINY if not a.startswith("train.max_steps")]
+    proc = forkserver.popen([str(exe), "-m", "seed=1,2", *args, "train.max_steps=100000", f"data.glue_dir={glue_dir}",
+                             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.sweep.dir={tmp_path}/sweep"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert "stopped by SIGINT while starting" in err or "sweep stopped by SIGINT" in err, err[-3000:]

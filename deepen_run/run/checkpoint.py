@@ -38,8 +38,7 @@ def steps_of(folder: Path) -> list[tuple[int, Path]]:
 
 
 def latest(home: Path) -> Optional[Path]:
-    found = steps_of(home)
-    return found[-1][1] if found else None
+    return next((p for _, p in reversed(steps_of(home))), None)
 
 
 def damage(ckpt: Path) -> Optional[str]:
@@ -79,10 +78,9 @@ def rotate(home: Path, step: int, limit: int) -> None:
     before a resume (a damaged one the resume skipped, or one of an attempt that got further): this
     run trains those steps again, and counted among the newest it would push out the one saved now."""
     found = steps_of(home)
-    later = [p for s, p in found if s > step]
     kept = [p for s, p in found if s <= step][-limit:]
     for _, p in found:
-        if p in later or p not in kept:
+        if p not in kept:
             shutil.rmtree(p, ignore_errors=True)
 
 

@@ -23,7 +23,7 @@ from deepen_run.masking import mask_override, mask_string, secret_env_values
 from deepen_run.run.clean import JOBS_DIR
 from deepen_run.run.names import run_name
 from deepen_run.run.progress import job_num
-from deepen_run.run.stop import Stopped, StopFlag, check
+from deepen_run.run.stop import Stopped, StopFlag, catch, check
 from deepen_run.sweep import summary
 from deepen_run.sweep.outcomes import previous, start_line, write_json
 from deepen_run.util import first_line as _one_line
@@ -89,7 +89,7 @@ class SweepJob:
             flag.uninstall()
         write_json(self.jobs / f"{self.num}.json", outcome | {"seconds": time.time() - t0})
         if worker:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            catch([signal.SIGINT], lambda signum, frame: None)  # not SIG_IGN: the next job's flag would keep it
         signum = stopped.signum if stopped is not None else flag.signum
         if signum is not None and not (launcher and os.getppid() == launcher):  # a worker's launcher has the STOP file
             pass_on(signum)  # submitit: requeue; the basic launcher: stop the sweep (launch.Launch.on_signal)

@@ -19,7 +19,7 @@ from typing import Optional
 from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
 from deepen_run.run.lifecycle import reap_orphans
 from deepen_run.run.resume import orphan_note
-from deepen_run.run.stop import SIGNALS
+from deepen_run.run.stop import SIGNALS, catch
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.sweep.jobs import STOP_FILE
 from deepen_run.sweep.outcomes import Counts, watch
@@ -42,9 +42,7 @@ class Launch:
         self.counts.log()  # every job pending (or kept) before the first one starts
         self.watcher.start()
         atexit.register(self.at_exit)
-        if threading.current_thread() is threading.main_thread():
-            for sig in SIGNALS:
-                signal.signal(sig, self.on_signal)
+        catch(SIGNALS, self.on_signal)
         return self
 
     def on_signal(self, signum, frame) -> None:

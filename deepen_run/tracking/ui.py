@@ -26,6 +26,7 @@ import urllib.request
 
 from deepen_run.errors import fail
 from deepen_run.masking import mask_uri
+from deepen_run.run.stop import catch
 
 KIND = ("mlflow.experimentKind", "custom_model_development")
 VIEW = "deepen-run"  # the share key
@@ -99,8 +100,7 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
     proc = subprocess.Popen(cmd, start_new_session=True, env=env)
     # Ctrl-C and SIGTERM are only recorded (the handler raises nothing); the waits below look at them.
     asked: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, frame: asked.append(signum))
+    catch((signal.SIGINT, signal.SIGTERM), lambda signum, frame: asked.append(signum))
     while proc.poll() is None and not asked:
         try:
             if urllib.request.urlopen(f"{base}/health", timeout=2).status == 200:
