@@ -400,6 +400,21 @@ def test_resume_of_a_run_whose_store_was_deleted_is_one_line(glue_dir, tmp_path)
     assert list((tmp_path / "run" / "checkpoints").glob("step-*"))
 
 
+def test_resume_true_with_no_checkpointed_run_to_continue_is_one_line(glue_dir, tmp_path):
+    """resume=true must find a run (resume=auto would start afresh): none of this config -> one line, exit 2, no run."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    r = cli("backbone=tiny", "task=rte", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", "resume=true",
+            f"hydra.run.dir={tmp_path}/run")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    assert "resume=true: no checkpointed run of this exact config" in lines[0] and "resume=auto" in lines[0]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("deepen-run")
+    assert exp is None or not client.search_runs([exp.experiment_id])
+
+
 @pytest.mark.parametrize("name", ["SIGHUP", "SIGINT", "SIGUSR2"])
 def test_a_signal_ends_a_run_killed_with_a_checkpoint(glue_dir, tmp_path, name):
     """A closed terminal (SIGHUP), Ctrl-C (SIGINT) and a scheduler's SIGUSR2 are treated as SIGTERM is
