@@ -310,6 +310,11 @@ def test_sigterm_while_the_runner_imports_mlflow_is_exit_143_and_one_line(tmp_pa
     r = subprocess.run([sys.executable, "-c", code, *isolated(a)], capture_output=True, text=True, timeout=HANG)
     assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
     assert lines(r.stderr) == ["deepen-run: stopped by SIGTERM; no MLflow run had started yet; nothing to continue"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("deepen-run")  # and indeed none is in the store
+    assert exp is None or not client.search_runs([exp.experiment_id])
 
 
 @pytest.mark.subprocess

@@ -257,3 +257,36 @@ def test_a_ctrl_c_while_a_sweep_starts_is_one_line_and_exit_130(tmp_path, glue_d
     _, err = proc.communicate(timeout=HANG)
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert "stopped by SIGINT while starting" in err or "sweep stopped by SIGINT" in err, err[-3000:]
+
+
+def test_sigterm_to_a_basic_sweep_ends_its_job_then_goes_on_to_the_launcher_which_stops_the_sweep(tmp_path, glue_dir):
+    """The basic launcher runs its jobs in its own process, where the job's handler replaces the
+    launcher's: the job saves and ends KILLED, then hands the signal on to the launcher's handler,
+    which writes STOP, so the second job never starts; exit 143, the parent KILLED."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    sweep, uri = tmp_path / "sweep", f"sqlite:///{tmp_path}/mlflow.db"
+    exe = Path(sys.executable).with_name("deepen-run")
+    args = [a for a in TINY if not a.startswith("train.max_steps")]
+    proc = forkserver.popen([str(exe), "-m", "seed=1,2", *args, "train.max_steps=100000", "train.save_every=5",
+                             f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.sweep.dir={sweep}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    t0 = time.time()
+    while not list(sweep.glob("0/checkpoints/step-*")):
+        assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    jobs = sweep / "deepen_jobs"
+    assert (jobs / "STOP").read_text().strip() == "SIGTERM" and not (jobs / "1.start.json").exists()
+    assert json.loads((jobs / "0.json").read_text())["status"] == "KILLED"
+    client, runs = runs_of(uri)
+    (parent,), children = split(runs)
+    assert parent.info.status == "KILLED" and [c.info.status for c in children] == ["KILLED"], parent.data.tags
+    assert parent.data.tags["interrupted"].startswith("SIGTERM: 0 of 2 jobs finished, 1 killed, 1 not started")
