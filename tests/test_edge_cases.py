@@ -2,6 +2,7 @@
 follow a link or touch a file they did not write; secrets stay secret; bad input is one line."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -392,11 +393,13 @@ def test_resume_of_a_run_whose_store_was_deleted_is_one_line(glue_dir, tmp_path)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=HANG)
+    run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
     db.unlink()
     r = cli(*common, "resume=auto", f"data.cache_dir={tmp_path}/cache")
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
-    assert "not in the MLflow store" in lines[0] and "Traceback" not in r.stderr
+    assert f"run {run_id} of " in lines[0] and "not in the MLflow store" in lines[0] and "Traceback" not in r.stderr
+    assert "restore that store to continue it, or start afresh" in lines[0]  # what to do
     assert list((tmp_path / "run" / "checkpoints").glob("step-*"))
 
 
