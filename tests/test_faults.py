@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 import forkserver
 from conftest import HANG, cli, isolated, runs_of
@@ -230,6 +231,29 @@ def signalled_at(target: str, *a, sig: str = "SIGTERM", times: int = 1) -> subpr
 
 
 @pytest.mark.subprocess
+def test_a_signal_while_a_sweep_opens_is_recorded_and_acted_on_before_any_job(tmp_path, glue_dir):
+    """The launcher records signals from the moment it opens the sweep (checks, store, parent run):
+    SIGTERM while it checks the store ends the command before the parent run exists, in one line; one
+    while the parent run is made lets that write finish, then the sweep stops before any job starts:
+    the parent KILLED, every job not started, exit 143 either way, and nothing left RUNNING."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    a = ["-m", "seed=1,2", *TINY, "train.max_steps=2", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}"]
+    r = signalled_at("deepen_run.run.lifecycle:reap_orphans", *a, f"hydra.sweep.dir={tmp_path}/one")
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
+    assert lines(r.stderr) == ["deepen-run: error: stopped by SIGTERM while the sweep was checked; nothing ran; the "
+                               "same command starts it again"], r.stderr[-3000:]
+    exp = MlflowClient(uri).get_experiment_by_name("deepen-run")
+    assert exp is None or not MlflowClient(uri).search_runs([exp.experiment_id])
+
+    r = signalled_at("deepen_run.sweep.summary:parent_name", *a, f"hydra.sweep.dir={tmp_path}/two")
+    assert r.returncode == 128 + signal.SIGTERM and "Traceback" not in r.stderr, r.stderr[-3000:]
+    client, runs = runs_of(uri)
+    (parent,) = runs
+    assert parent.info.status == "KILLED" and parent.data.tags["sweep_role"] == "parent", parent.data.tags
+    assert parent.data.tags["interrupted"].startswith("SIGTERM: 0 of 2 jobs finished, 0 killed, 2 not started")
+
+
+@pytest.mark.subprocess
 def test_a_signal_while_the_model_is_published_keeps_the_last_step(tmp_path, glue_dir):
     """Every step trained and recorded, then SIGTERM while the model is published: the last step's
     checkpoint is kept (not an earlier one, nor none), and resume=auto publishes the same run."""
@@ -310,8 +334,6 @@ def test_sigterm_while_the_runner_imports_mlflow_is_exit_143_and_one_line(tmp_pa
     r = subprocess.run([sys.executable, "-c", code, *isolated(a)], capture_output=True, text=True, timeout=HANG)
     assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
     assert lines(r.stderr) == ["deepen-run: stopped by SIGTERM; no MLflow run had started yet; nothing to continue"]
-    from mlflow.tracking import MlflowClient
-
     client = MlflowClient(uri)
     exp = client.get_experiment_by_name("deepen-run")  # and indeed none is in the store
     assert exp is None or not client.search_runs([exp.experiment_id])

@@ -121,9 +121,8 @@ class Checkpointer:
             self.root = broadcast_object_list([self.root])[0]
         self.every = tcfg.save_every if home is not None else 0
         self.keep_best = home is not None and keeps_best(tcfg, total, predict)
-        self.limit, self.acc, self.total = tcfg.save_total_limit, accelerator, total
+        self.limit, self.acc, self.total, self.step, self.saved_step = tcfg.save_total_limit, accelerator, total, 0, -1
         self.streams: dict[str, TaskStream] = {}
-        self.step, self.saved_step = 0, -1
         self.evaluated = None  # the last step whose evaluation is in the state (a resume redoes a missing one)
         self.best, self.best_step = -math.inf, None
         # More of the loop's state to save and restore: a value, or a function that gives it when a

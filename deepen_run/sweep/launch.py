@@ -38,11 +38,13 @@ class Launch:
         refresh = lambda: sweep_summary.update(info, tracker)  # noqa: E731 (the run note, as each job ends)
         self.watcher = threading.Thread(target=watch, args=(self.counts, self.stop, refresh), daemon=True)
 
-    def begin(self) -> "Launch":
+    def begin(self, signum: Optional[int] = None) -> "Launch":  # signum: recorded by open_sweep's flag
         self.counts.log()  # every job pending (or kept) before the first one starts
         self.watcher.start()
         atexit.register(self.at_exit)
         catch(SIGNALS, self.on_signal)
+        if signum is not None:  # while the parent was made: the sweep stops before any job starts
+            self.on_signal(signum, None)
         return self
 
     def on_signal(self, signum, frame) -> None:
