@@ -214,7 +214,7 @@ def signalled_at(target: str, *a, sig: str = "SIGTERM", times: int = 1) -> subpr
     first entered: a signal at an exact point of the run, through the run's real handlers (a kill from
     outside cannot aim this well)."""
     module, function = target.split(":")
-    code = "\n".join([
+    code = forkserver.CODE + "\n".join([
         "import importlib, os, signal, sys, time",
         f"m = importlib.import_module({module!r})",
         f"real, fired = getattr(m, {function!r}), []",
@@ -227,7 +227,7 @@ def signalled_at(target: str, *a, sig: str = "SIGTERM", times: int = 1) -> subpr
         "sys.argv[0] = 'deepen-run'",
         "from deepen_run.cli.run import main",
         "main()"])
-    return subprocess.run([sys.executable, "-c", code, *isolated(a)], capture_output=True, text=True, timeout=HANG)
+    return forkserver.run([sys.executable, "-c", code, *isolated(a)], timeout=HANG)
 
 
 @pytest.mark.subprocess
