@@ -291,3 +291,34 @@ def test_sigterm_to_a_basic_sweep_ends_its_job_then_goes_on_to_the_launcher_whic
     (parent,), children = split(runs)
     assert parent.info.status == "KILLED" and [c.info.status for c in children] == ["KILLED"], parent.data.tags
     assert parent.data.tags["interrupted"].startswith("SIGTERM: 0 of 2 jobs finished, 1 killed, 1 not started")
+
+
+def test_a_ctrl_c_of_a_submitit_local_sweep_ends_it_as_a_stopped_sweep(tmp_path, glue_dir):
+    """submitit's launcher raises on the jobs the Ctrl-C interrupted (UncompletedJobError): the sweep was
+    stopped, not failed, so exit 130, the stopped sweep's line and its parent KILLED, not a traceback of
+    the launcher's and exit 1. (submitit's own controllers also get the Ctrl-C and print theirs.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    sweep, uri = tmp_path / "sweep", f"sqlite:///{tmp_path}/mlflow.db"
+    exe = Path(sys.executable).with_name("deepen-run")
+    args = [a for a in TINY if not a.startswith("train.max_steps")]
+    proc = forkserver.popen([str(exe), "-m", "hydra/launcher=submitit_local", "seed=1,2", *args, "train.max_steps=100000",
+                             "train.save_every=5", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+                             f"hydra.sweep.dir={sweep}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    t0 = time.time()
+    while len(list(sweep.glob("[01]/checkpoints/step-*"))) < 2:
+        assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the launcher, submitit's controllers, the jobs
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 130 and "deepen-run: sweep stopped by SIGINT" in err, err[-3000:]
+    assert "UncompletedJobError" not in err, err[-3000:]
+    client, runs = runs_of(uri)
+    (parent,), _ = split(runs)
+    assert parent.info.status == "KILLED" and parent.data.tags["interrupted"].startswith("SIGINT: 0 of 2 jobs finished")

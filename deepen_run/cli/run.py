@@ -250,6 +250,23 @@ def main() -> None:
 
         better = typo(str(e), sys.argv[1:])  # a key without + that the schema lacks: did you mean ...
         fail(str(better) if better else composition_line(e, sys.argv[1:]), 2)
+    except Exception:
+        signum = stopped_sweep()
+        if signum is None:
+            raise
+        sys.exit(128 + signum)  # its parent is closed KILLED at exit, with the sweep's line (sweep/launch.py)
+
+
+def stopped_sweep() -> int | None:
+    """The signal that stopped this process's sweep, if its launcher was stopped: the sweeper may then
+    raise on jobs it reads as interrupted (submitit_local: UncompletedJobError), not a failure."""
+    import signal
+
+    from deepen_run.run.stop import SIGNALS
+    from deepen_run.sweep.launch import Launch
+
+    owners = (getattr(signal.getsignal(sig), "__self__", None) for sig in SIGNALS)
+    return next((o.signum for o in owners if isinstance(o, Launch)), None)
 
 
 def entry() -> None:
