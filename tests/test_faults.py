@@ -231,6 +231,25 @@ def signalled_at(target: str, *a, sig: str = "SIGTERM", times: int = 1) -> subpr
 
 
 @pytest.mark.subprocess
+def test_a_signal_between_two_evaluation_batches_keeps_the_step_and_resume_completes_the_run(tmp_path, glue_dir):
+    """SIGTERM as the mid-training evaluation of step 4 feeds its first batch (of 2): the run stops at
+    the next batch, KILLED with step 4's checkpoint; resume=auto evaluates step 4 again and completes the
+    same run, each evaluation logged once."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    a = [*TINY, "train.max_steps=8", "train.eval_every=4", "train.save_every=4", "train.eval_batch_size=16",
+         f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.run.dir={tmp_path / 'run'}"]
+    r = signalled_at("deepen_run.run.evaluation:batch_inputs", *a)
+    assert r.returncode == 128 + signal.SIGTERM and "checkpoint step-4 kept" in r.stderr, r.stderr[-3000:]
+    client, (run,) = runs_of(uri)
+    assert run.info.status == "KILLED" and not client.get_metric_history(run.info.run_id, "eval/score")
+    r = cli(*a, "resume=auto")
+    assert r.returncode == 0, r.stderr[-3000:]
+    client, (done,) = runs_of(uri)
+    assert done.info.run_id == run.info.run_id and done.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/score")] == [4, 8]
+
+
+@pytest.mark.subprocess
 def test_a_signal_while_a_sweep_opens_is_recorded_and_acted_on_before_any_job(tmp_path, glue_dir):
     """The launcher records signals from the moment it opens the sweep (checks, store, parent run):
     SIGTERM while it checks the store ends the command before the parent run exists, in one line; one
@@ -368,3 +387,8 @@ def test_a_ctrl_c_while_a_task_is_tokenized_stops_once_that_task_is_done(tmp_pat
     assert "stopped by" not in r.stderr and not list(cache.glob("*.arrow")), r.stderr[-3000:]
     client, (run,) = runs_of(uri, "twice")
     assert run.info.status == "RUNNING"  # ended by the next run's orphan reaping, or continued by resume=auto
+    assert cli(*TINY, "dry_run=true", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+               "tracking.experiment=twice").returncode == 0  # the next run in the experiment reaps it
+    run = client.get_run(run.info.run_id)
+    assert run.info.status == "KILLED", run.data.tags
+    assert run.data.tags["error"].startswith(f"process {run.data.tags['pid']} exited without ending the run")
