@@ -575,7 +575,7 @@ def test_a_signal_while_the_sweep_parent_is_being_ended_lets_it_end(tmp_path, ml
     parent ends as its jobs say. The signal is a real SIGINT, sent from inside one of those writes."""
     import signal
 
-    from deepen_run.run.stop import SIGNALS
+    from deepen_run.run.stop import SIGNALS, StopFlag
     from deepen_run.sweep.launch import Launch
 
     class SignalledMidClose(Tracker):
@@ -591,7 +591,7 @@ def test_a_signal_while_the_sweep_parent_is_being_ended_lets_it_end(tmp_path, ml
     (tmp_path / "deepen_jobs").mkdir()
     before = {sig: signal.getsignal(sig) for sig in SIGNALS}
     try:
-        launch = Launch(info, tracker).begin()
+        launch = Launch(info, tracker).begin(StopFlag())  # a flag that recorded nothing while the sweep opened
         assert launch.close(interrupted=False) == 1  # one job planned, none ended: FAILED
     finally:
         for sig, handler in before.items():

@@ -231,14 +231,14 @@ def signalled_at(target: str, *a, sig: str = "SIGTERM", times: int = 1) -> subpr
 
 
 @pytest.mark.subprocess
-def test_a_signal_between_two_evaluation_batches_keeps_the_step_and_resume_completes_the_run(tmp_path, glue_dir):
-    """SIGTERM as the mid-training evaluation of step 4 feeds its first batch (of 2): the run stops at
-    the next batch, KILLED with step 4's checkpoint; resume=auto evaluates step 4 again and completes the
-    same run, each evaluation logged once."""
+def test_a_signal_during_an_evaluation_keeps_the_step_and_resume_completes_the_run(tmp_path, glue_dir):
+    """SIGTERM at the check before a batch of the mid-training evaluation of step 4 (evaluation's own
+    `check`, which no other module's code calls): the run stops there, KILLED with step 4's checkpoint;
+    resume=auto evaluates step 4 again and completes the same run, each evaluation logged once."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     a = [*TINY, "train.max_steps=8", "train.eval_every=4", "train.save_every=4", "train.eval_batch_size=16",
          f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.run.dir={tmp_path / 'run'}"]
-    r = signalled_at("deepen_run.run.evaluation:batch_inputs", *a)
+    r = signalled_at("deepen_run.run.evaluation:check", *a)
     assert r.returncode == 128 + signal.SIGTERM and "checkpoint step-4 kept" in r.stderr, r.stderr[-3000:]
     client, (run,) = runs_of(uri)
     assert run.info.status == "KILLED" and not client.get_metric_history(run.info.run_id, "eval/score")

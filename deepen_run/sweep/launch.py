@@ -14,7 +14,6 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Optional
 
 from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
 from deepen_run.run.lifecycle import reap_orphans
@@ -31,20 +30,20 @@ class Launch:
         self.info, self.tracker = info, tracker
         self.dir = Path(info["dir"])
         self.counts = Counts(self.dir, info["n_jobs"], tracker, first_step)
-        self.signum: Optional[int] = None
+        self.signum: int | None = None
         self.lock = lock  # the sweep dir's launcher lock (resume.hold), held for the launcher's life
         self.closed = False
         self.stop = threading.Event()
         refresh = lambda: sweep_summary.update(info, tracker)  # noqa: E731 (the run note, as each job ends)
         self.watcher = threading.Thread(target=watch, args=(self.counts, self.stop, refresh), daemon=True)
 
-    def begin(self, signum: Optional[int] = None) -> "Launch":  # signum: recorded by open_sweep's flag
+    def begin(self, flag) -> "Launch":
+        catch(SIGNALS, self.on_signal)  # first: flag (open_sweep's) records no more, and what it has is acted on
+        if flag.signum is not None:  # while the parent was made: the sweep stops before any job starts
+            self.on_signal(flag.signum, None)
         self.counts.log()  # every job pending (or kept) before the first one starts
         self.watcher.start()
         atexit.register(self.at_exit)
-        catch(SIGNALS, self.on_signal)
-        if signum is not None:  # while the parent was made: the sweep stops before any job starts
-            self.on_signal(signum, None)
         return self
 
     def on_signal(self, signum, frame) -> None:
