@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -32,6 +33,13 @@ for _var in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
 # side used about a fifth more CPU time that way.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A test's commands start as if typed at a terminal. A suite started in the background (`make test &`,
+# nohup) ignores SIGINT or SIGHUP, which exec'd children inherit and deepen-run honours, as nohup asks
+# (tests/test_edge_cases.py): the tests that send them would see them ignored. A Python handler is
+# reset to the default at exec, and this process still shrugs them off.
+for _sig in (signal.SIGINT, signal.SIGHUP):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, lambda signum, frame: None)
 forkserver.base_env = dict(os.environ)
 register(schemas())
 

@@ -53,6 +53,10 @@ def _child(req: dict, fds: list[int], sock: socket.socket, set_at_import: dict, 
             sys.path[0] = req["cwd"]
             sys.modules.pop(name, None)  # `python -m` runs a fresh copy as __main__, not the imported one
             runpy.run_module(name, run_name="__main__", alter_sys=True)
+        elif kind == "code":  # `python -c <code> args...`, where the code says it may fork (forkserver.CODE)
+            sys.argv = ["-c", *req["argv"][3:]]
+            sys.path[0] = ""
+            exec(compile(name, "<string>", "exec"), {"__name__": "__main__"})
         else:
             sys.argv = [name, *req["argv"][1:]]
             sys.path[0] = str(Path(name).parent)

@@ -35,10 +35,18 @@ LATE = ("MLFLOW_", "_MLFLOW_", "DEEPEN_", "PYTEST_", "HYDRA_")
 PACKET = 1 << 20  # one message a packet (SOCK_SEQPACKET): a request carries the command's environment
 
 
+# The first line of `python -c` code that may run in a forked child: it needs no fresh interpreter (its
+# imports are the server's already), e.g. tests/test_faults.py's signalled_at, which patches a function.
+CODE = "# forkserver: may fork\n"
+
+
 def _target(argv: list[str]) -> tuple[str, str] | None:
-    """("path", script) for one of our console scripts, ("module", name) for `python -m deepen_run...`."""
+    """("path", script) for one of our console scripts, ("module", name) for `python -m deepen_run...`,
+    ("code", code) for `python -c` code that starts with CODE."""
     if len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2].startswith("deepen_run."):
         return "module", argv[2]
+    if len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-c" and argv[2].startswith(CODE):
+        return "code", argv[2]
     exe = Path(argv[0]) if argv else Path()
     if exe.parent == BIN and exe.name.startswith("deepen-"):
         return "path", str(exe)

@@ -139,6 +139,8 @@ CASES = [
     ("seq-length-1", ["data.max_seq_length=1"], "data.max_seq_length=1"),
     ("seq-length-beyond-positions", ["data.max_seq_length=100000"], "data.max_seq_length=100000 exceeds"),
     ("negative-seed", ["seed=-1"], "seed=-1"),
+    ("seed-past-32-bits", ["seed=4294967296"], "seed=4294967296 must be in [0, 2**32 - 1]"),
+    ("seq-length-7", ["data.max_seq_length=7"], "data.max_seq_length=7 must be at least 8"),
     ("unknown-scheduler", ["train.lr_scheduler=bogus"], "train.lr_scheduler='bogus'"),
     ("infinite-epochs", ["train.num_epochs=inf"], "train.num_epochs=inf"),
     ("negative-steps", ["train.max_steps=-3"], "train.max_steps=-3: give a number of steps > 0, or -1"),

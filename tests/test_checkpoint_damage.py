@@ -37,7 +37,7 @@ def test_missing_or_empty_parts_are_named(tmp_path):
 
 
 def _steps(home):
-    return sorted(int(p.name[5:]) for p in (home / "checkpoints").glob("step-*"))
+    return sorted(int(p.name[5:]) for p in (home / "checkpoints").glob("step-*") if p.name[5:].isdigit())
 
 
 def test_rotation_keeps_the_newest_up_to_the_saved_step_and_drops_later_leftovers(tmp_path):
@@ -50,10 +50,14 @@ def test_rotation_keeps_the_newest_up_to_the_saved_step_and_drops_later_leftover
         (tmp_path / "checkpoints" / f"step-{s}" / "trainer_state.json").write_text("{}")
     (tmp_path / "checkpoints" / "step-30").mkdir()
     (tmp_path / "checkpoints" / "step-30" / "trainer_state.json").write_text("{}")
+    theirs = [tmp_path / "checkpoints" / name for name in ("notes.txt", "step-x", "best")]  # not step-<N>
+    theirs[0].write_text("mine")
+    theirs[1].mkdir()
+    theirs[2].mkdir()
     rotate(tmp_path, 30, 2)
     assert _steps(tmp_path) == [20, 30]
     rotate(tmp_path, 30, 1)
-    assert _steps(tmp_path) == [30]
+    assert _steps(tmp_path) == [30] and all(p.exists() for p in theirs)
 
 
 def test_best_weights_caught_between_their_two_renames_come_back(tmp_path):

@@ -2,6 +2,7 @@
 follow a link or touch a file they did not write; secrets stay secret; bad input is one line."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -392,12 +393,29 @@ def test_resume_of_a_run_whose_store_was_deleted_is_one_line(glue_dir, tmp_path)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=HANG)
+    run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
     db.unlink()
     r = cli(*common, "resume=auto", f"data.cache_dir={tmp_path}/cache")
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
-    assert "not in the MLflow store" in lines[0] and "Traceback" not in r.stderr
+    assert f"run {run_id} of " in lines[0] and "not in the MLflow store" in lines[0] and "Traceback" not in r.stderr
+    assert "restore that store to continue it, or start afresh" in lines[0]  # what to do
     assert list((tmp_path / "run" / "checkpoints").glob("step-*"))
+
+
+def test_resume_true_with_no_checkpointed_run_to_continue_is_one_line(glue_dir, tmp_path):
+    """resume=true must find a run (resume=auto would start afresh): none of this config -> one line, exit 2, no run."""
+    uri = f"sqlite:///{tmp_path}/m.db"
+    r = cli("backbone=tiny", "task=rte", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", "resume=true",
+            f"hydra.run.dir={tmp_path}/run")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
+    assert "resume=true: no checkpointed run of this exact config" in lines[0] and "resume=auto" in lines[0]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("deepen-run")
+    assert exp is None or not client.search_runs([exp.experiment_id])
 
 
 @pytest.mark.parametrize("name", ["SIGHUP", "SIGINT", "SIGUSR2"])
@@ -426,6 +444,36 @@ def test_a_signal_ends_a_run_killed_with_a_checkpoint(glue_dir, tmp_path, name):
     client, (run,) = runs_of(uri)
     assert run.info.status == "KILLED" and run.data.tags["interrupted"] == name
     assert "Traceback" not in err and f"stopped by {name}; the run is KILLED, its checkpoint step-" in err
+
+
+def test_a_signal_ignored_at_start_stays_ignored_as_nohup_and_a_background_job_ask(glue_dir, tmp_path):
+    """`nohup deepen-run ... &` from a script starts it with SIGHUP and SIGINT ignored: closing the
+    terminal must not stop it. Both reach the run after its first checkpoint and change nothing; the
+    SIGTERM sent after them is the one that stops it (the first signal recorded names the stop)."""
+    import signal
+    import time
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    exe = Path(sys.executable).with_name("deepen-run")
+    proc = subprocess.Popen(["nohup", str(exe), "backbone=tiny", "task=sst2", f"data.glue_dir={glue_dir}",
+                             f"tracking.uri={uri}", f"hydra.run.dir={tmp_path}/run", f"data.cache_dir={tmp_path}/cache",
+                             "data.max_train_samples=64", "data.max_eval_samples=32", "data.max_seq_length=32",
+                             "train.batch_size=8", "train.max_steps=100000", "train.save_every=5"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # a shell's `&`
+    deadline = time.time() + HANG
+    while not list((tmp_path / "run" / "checkpoints").glob("step-*/trainer_state.json")):
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGHUP)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1)  # a recorded signal would stop it at the next step's end, a few ms away
+    assert proc.poll() is None, proc.stderr.read()[-2000:]
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=HANG)[1]
+    assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM; the run is KILLED" in err, err[-3000:]
+    client, (run,) = runs_of(uri)
+    assert run.info.status == "KILLED" and run.data.tags["interrupted"] == "SIGTERM"
 
 
 def test_a_late_dash_m_and_an_absent_report_server_are_one_line(tmp_path):
@@ -527,7 +575,7 @@ def test_a_signal_while_the_sweep_parent_is_being_ended_lets_it_end(tmp_path, ml
     parent ends as its jobs say. The signal is a real SIGINT, sent from inside one of those writes."""
     import signal
 
-    from deepen_run.run.stop import SIGNALS
+    from deepen_run.run.stop import SIGNALS, StopFlag
     from deepen_run.sweep.launch import Launch
 
     class SignalledMidClose(Tracker):
@@ -543,7 +591,7 @@ def test_a_signal_while_the_sweep_parent_is_being_ended_lets_it_end(tmp_path, ml
     (tmp_path / "deepen_jobs").mkdir()
     before = {sig: signal.getsignal(sig) for sig in SIGNALS}
     try:
-        launch = Launch(info, tracker).begin()
+        launch = Launch(info, tracker).begin(StopFlag())  # a flag that recorded nothing while the sweep opened
         assert launch.close(interrupted=False) == 1  # one job planned, none ended: FAILED
     finally:
         for sig, handler in before.items():

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 import forkserver
 from conftest import HANG, cli, isolated, runs_of
@@ -213,7 +214,7 @@ def signalled_at(target: str, *a, sig: str = "SIGTERM", times: int = 1) -> subpr
     first entered: a signal at an exact point of the run, through the run's real handlers (a kill from
     outside cannot aim this well)."""
     module, function = target.split(":")
-    code = "\n".join([
+    code = forkserver.CODE + "\n".join([
         "import importlib, os, signal, sys, time",
         f"m = importlib.import_module({module!r})",
         f"real, fired = getattr(m, {function!r}), []",
@@ -226,7 +227,49 @@ def signalled_at(target: str, *a, sig: str = "SIGTERM", times: int = 1) -> subpr
         "sys.argv[0] = 'deepen-run'",
         "from deepen_run.cli.run import main",
         "main()"])
-    return subprocess.run([sys.executable, "-c", code, *isolated(a)], capture_output=True, text=True, timeout=HANG)
+    return forkserver.run([sys.executable, "-c", code, *isolated(a)], timeout=HANG)
+
+
+@pytest.mark.subprocess
+def test_a_signal_during_an_evaluation_keeps_the_step_and_resume_completes_the_run(tmp_path, glue_dir):
+    """SIGTERM at the check before a batch of the mid-training evaluation of step 4 (evaluation's own
+    `check`, which no other module's code calls): the run stops there, KILLED with step 4's checkpoint;
+    resume=auto evaluates step 4 again and completes the same run, each evaluation logged once."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    a = [*TINY, "train.max_steps=8", "train.eval_every=4", "train.save_every=4", "train.eval_batch_size=16",
+         f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.run.dir={tmp_path / 'run'}"]
+    r = signalled_at("deepen_run.run.evaluation:check", *a)
+    assert r.returncode == 128 + signal.SIGTERM and "checkpoint step-4 kept" in r.stderr, r.stderr[-3000:]
+    client, (run,) = runs_of(uri)
+    assert run.info.status == "KILLED" and not client.get_metric_history(run.info.run_id, "eval/score")
+    r = cli(*a, "resume=auto")
+    assert r.returncode == 0, r.stderr[-3000:]
+    client, (done,) = runs_of(uri)
+    assert done.info.run_id == run.info.run_id and done.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/score")] == [4, 8]
+
+
+@pytest.mark.subprocess
+def test_a_signal_while_a_sweep_opens_is_recorded_and_acted_on_before_any_job(tmp_path, glue_dir):
+    """The launcher records signals from the moment it opens the sweep (checks, store, parent run):
+    SIGTERM while it checks the store ends the command before the parent run exists, in one line; one
+    while the parent run is made lets that write finish, then the sweep stops before any job starts:
+    the parent KILLED, every job not started, exit 143 either way, and nothing left RUNNING."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    a = ["-m", "seed=1,2", *TINY, "train.max_steps=2", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}"]
+    r = signalled_at("deepen_run.run.lifecycle:reap_orphans", *a, f"hydra.sweep.dir={tmp_path}/one")
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
+    assert lines(r.stderr) == ["deepen-run: error: stopped by SIGTERM while the sweep was checked; nothing ran; the "
+                               "same command starts it again"], r.stderr[-3000:]
+    exp = MlflowClient(uri).get_experiment_by_name("deepen-run")
+    assert exp is None or not MlflowClient(uri).search_runs([exp.experiment_id])
+
+    r = signalled_at("deepen_run.sweep.summary:parent_name", *a, f"hydra.sweep.dir={tmp_path}/two")
+    assert r.returncode == 128 + signal.SIGTERM and "Traceback" not in r.stderr, r.stderr[-3000:]
+    client, runs = runs_of(uri)
+    (parent,) = runs
+    assert parent.info.status == "KILLED" and parent.data.tags["sweep_role"] == "parent", parent.data.tags
+    assert parent.data.tags["interrupted"].startswith("SIGTERM: 0 of 2 jobs finished, 0 killed, 2 not started")
 
 
 @pytest.mark.subprocess
@@ -241,6 +284,9 @@ def test_a_signal_while_the_model_is_published_keeps_the_last_step(tmp_path, glu
     client, (killed,) = runs_of(uri)
     assert killed.info.status == "KILLED" and "stopped_before_first_step" not in killed.data.tags
     assert (run / "checkpoints" / "step-4").is_dir() and "checkpoint step-4 kept" in r.stderr, r.stderr[-2000:]
+    # publish has no check inside: the stop is acted on just after it, and what it wrote is whole
+    models = client.search_logged_models([killed.info.experiment_id])
+    assert [str(m.status) for m in models] == ["READY"], models
     done = cli(*a, "resume=auto")
     assert done.returncode == 0, done.stderr[-3000:]
     client, (again,) = runs_of(uri)
@@ -310,6 +356,9 @@ def test_sigterm_while_the_runner_imports_mlflow_is_exit_143_and_one_line(tmp_pa
     r = subprocess.run([sys.executable, "-c", code, *isolated(a)], capture_output=True, text=True, timeout=HANG)
     assert r.returncode == 128 + signal.SIGTERM, r.stderr[-3000:]
     assert lines(r.stderr) == ["deepen-run: stopped by SIGTERM; no MLflow run had started yet; nothing to continue"]
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("deepen-run")  # and indeed none is in the store
+    assert exp is None or not client.search_runs([exp.experiment_id])
 
 
 @pytest.mark.subprocess
@@ -341,3 +390,8 @@ def test_a_ctrl_c_while_a_task_is_tokenized_stops_once_that_task_is_done(tmp_pat
     assert "stopped by" not in r.stderr and not list(cache.glob("*.arrow")), r.stderr[-3000:]
     client, (run,) = runs_of(uri, "twice")
     assert run.info.status == "RUNNING"  # ended by the next run's orphan reaping, or continued by resume=auto
+    assert cli(*TINY, "dry_run=true", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+               "tracking.experiment=twice").returncode == 0  # the next run in the experiment reaps it
+    run = client.get_run(run.info.run_id)
+    assert run.info.status == "KILLED", run.data.tags
+    assert run.data.tags["error"].startswith(f"process {run.data.tags['pid']} exited without ending the run")

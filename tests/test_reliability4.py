@@ -243,9 +243,10 @@ SEEDS = "row,backbone,method,setup,settings,task,seed,value\n"
                                        ("1,tiny,baseline,sst2,-,sst2,1,inf", "not a finite number"),
                                        ("1,tiny,baseline,sst2,-,sst2,1,1e310", "not a finite number"),
                                        ("1,tiny,baseline,sst2,-,sst2,,0.5", "the seed cell is empty"),
+                                       ("1,tiny,baseline,sst2,-,,1,0.5", "the task cell is empty"),
                                        (b"1,tiny,baseline,sst2,-,sst2,1,0.5\xff", "not UTF-8")])
 def test_from_csv_refuses_what_it_cannot_average(tmp_path, line, said):
-    """minor: a nan/inf/1e310 value, non-UTF-8 bytes, an empty seed cell: one line naming the file."""
+    """minor: a nan/inf/1e310 value, non-UTF-8 bytes, an empty seed or task cell: one line naming the file."""
     f = tmp_path / "seeds.csv"
     body = SEEDS.encode() + b"1,tiny,baseline,sst2,-,sst2,2,0.6\n"
     f.write_bytes(body + (line if isinstance(line, bytes) else line.encode()) + b"\n")

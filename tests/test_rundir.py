@@ -127,6 +127,12 @@ def test_a_resume_refused_for_its_dir_leaves_every_record_as_it_was(tmp_path, gl
     r = cli(*a, f"hydra.run.dir={killed}", "resume=auto", "seed=7")
     assert r.returncode == 2 and "of another config: seed was 42, now 7" in r.stderr, r.stderr
     assert snapshot(killed) == before
+    r = cli(*a, f"hydra.run.dir={killed}")  # a new run (no resume) there
+    assert r.returncode == 2 and "holds the unfinished run" in r.stderr and "with checkpoints" in r.stderr, r.stderr
+    assert snapshot(killed) == before
+    r = cli(*a, f"hydra.run.dir={tmp_path / 'elsewhere'}", f"resume={killed}", "seed=7")  # resume=<dir>, changed
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"resume: seed was 42 in {killed} but is 7" in r.stderr, r.stderr
+    assert snapshot(killed) == before and not (tmp_path / "elsewhere").exists()
     with open(killed / ".lock", "a+") as held:  # as a live run holds its dir
         fcntl.flock(held, fcntl.LOCK_EX)
         r = cli(*a, f"hydra.run.dir={tmp_path / 'made' / 'new'}", f"resume={killed}")

@@ -170,6 +170,37 @@ def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir, c
     resume_and_check(tmp_path, args, finished)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_sigterm_to_the_launcher_alone_stops_the_jobs_through_the_stop_file(tmp_path, glue_dir):
+    """A job on another machine has only the STOP file: here the launcher alone gets SIGTERM (its loky
+    workers get nothing), writes STOP, and the two running jobs read it at their next step's end, save
+    and end KILLED; the third never starts; the launcher closes the parent KILLED and exits 143."""
+    sweep = tmp_path / "sweep"
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = [a for a in SWEEP if not a.startswith(("seed=", "train.max_steps"))]
+    existing_store(uri)
+    exe = Path(sys.executable).with_name("deepen-run")
+    proc = forkserver.popen([str(exe), *args, "seed=1,2,3", "train.max_steps=100000", f"data.glue_dir={glue_dir}",
+                             f"tracking.uri={uri}", f"hydra.sweep.dir={sweep}", f"data.cache_dir={tmp_path}/cache"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    t0 = time.time()
+    while len([d for d in sweep.glob("[0-9]*") if list(d.glob("checkpoints/step-*"))]) < 2:
+        assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert (sweep / "deepen_jobs" / "STOP").read_text().strip() == "SIGTERM"
+    assert outcomes(sweep) == {0: "KILLED", 1: "KILLED"} and not (sweep / "deepen_jobs" / "2.start.json").exists()
+    client, runs = runs_of(uri)
+    (parent,), children = split(runs)
+    assert parent.info.status == "KILLED", parent.data.tags
+    assert parent.data.tags["interrupted"].startswith("SIGTERM: 0 of 3 jobs finished, 2 killed, 1 not started")
+    assert [(c.data.tags["sweep_job"], c.info.status) for c in children] == [("0", "KILLED"), ("1", "KILLED")]
+    assert "2 unfinished job(s) are KILLED (2 with a checkpoint), 1 not started" in err, err[-3000:]
+
+
 def test_a_resume_may_type_the_overrides_in_another_order_but_keeps_each_jobs_number(tmp_path):
     """Job k continues in run dir k: `task=rte seed=1,2` resumes `seed=1,2 task=rte` (every job the same),
     while `lr=a,b seed=1,2` for `seed=1,2 lr=a,b` would hand job 1's dir to another job: refused, saying so."""

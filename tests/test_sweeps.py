@@ -234,3 +234,91 @@ def test_a_second_ctrl_c_stops_the_launcher_at_once_and_the_next_run_ends_its_pa
     assert parent.data.tags["error"].startswith(f"process {proc.pid} exited without ending the run")
     assert children and not [r for r in runs if r.info.status == "RUNNING"], [(r.info.run_name, r.info.status)
                                                                                 for r in runs]
+
+
+def test_a_ctrl_c_while_a_sweep_starts_is_one_line_and_exit_130(tmp_path, glue_dir):
+    """A Ctrl-C 0.3 s after the command, while the sweep is most likely still composed (Python's
+    KeyboardInterrupt, caught) or checked (recorded by the launcher, acted on before the parent run is
+    made), ends it with one line and exit 130, not a traceback; one that comes later stops it as a
+    stopped sweep. Its jobs would train for hours: it can only end by the signal. Every way: exit 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("deepen-run")
+    args = [a for a in TINY if not a.startswith("train.max_steps")]
+    proc = forkserver.popen([str(exe), "-m", "seed=1,2", *args, "train.max_steps=100000", f"data.glue_dir={glue_dir}",
+                             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.sweep.dir={tmp_path}/sweep"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    said = ("stopped by SIGINT while starting", "stopped by SIGINT while the sweep was checked", "sweep stopped by SIGINT")
+    assert any(s in err for s in said), err[-3000:]
+
+
+def test_sigterm_to_a_basic_sweep_ends_its_job_then_goes_on_to_the_launcher_which_stops_the_sweep(tmp_path, glue_dir):
+    """The basic launcher runs its jobs in its own process, where the job's handler replaces the
+    launcher's: the job saves and ends KILLED, then hands the signal on to the launcher's handler,
+    which writes STOP, so the second job never starts; exit 143, the parent KILLED."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    sweep, uri = tmp_path / "sweep", f"sqlite:///{tmp_path}/mlflow.db"
+    exe = Path(sys.executable).with_name("deepen-run")
+    args = [a for a in TINY if not a.startswith("train.max_steps")]
+    proc = forkserver.popen([str(exe), "-m", "seed=1,2", *args, "train.max_steps=100000", "train.save_every=5",
+                             f"data.glue_dir={glue_dir}", f"tracking.uri={uri}", f"hydra.sweep.dir={sweep}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    t0 = time.time()
+    while not list(sweep.glob("0/checkpoints/step-*")):
+        assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    jobs = sweep / "deepen_jobs"
+    assert (jobs / "STOP").read_text().strip() == "SIGTERM" and not (jobs / "1.start.json").exists()
+    assert json.loads((jobs / "0.json").read_text())["status"] == "KILLED"
+    client, runs = runs_of(uri)
+    (parent,), children = split(runs)
+    assert parent.info.status == "KILLED" and [c.info.status for c in children] == ["KILLED"], parent.data.tags
+    assert parent.data.tags["interrupted"].startswith("SIGTERM: 0 of 2 jobs finished, 1 killed, 1 not started")
+
+
+def test_a_ctrl_c_of_a_submitit_local_sweep_ends_it_as_a_stopped_sweep(tmp_path, glue_dir):
+    """submitit's launcher raises on the jobs the Ctrl-C interrupted (UncompletedJobError): the sweep was
+    stopped, not failed, so exit 130, the stopped sweep's line and its parent KILLED, not a traceback of
+    the launcher's and exit 1. (submitit's own controllers also get the Ctrl-C and print theirs.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    sweep, uri = tmp_path / "sweep", f"sqlite:///{tmp_path}/mlflow.db"
+    exe = Path(sys.executable).with_name("deepen-run")
+    args = [a for a in TINY if not a.startswith("train.max_steps")]
+    proc = forkserver.popen([str(exe), "-m", "hydra/launcher=submitit_local", "seed=1,2", *args, "train.max_steps=100000",
+                             "train.save_every=5", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
+                             f"hydra.sweep.dir={sweep}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    t0 = time.time()
+    while len(list(sweep.glob("[01]/checkpoints/step-*"))) < 2:
+        assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the launcher, submitit's controllers, the jobs
+    _, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 130 and "deepen-run: sweep stopped by SIGINT" in err, err[-3000:]
+    assert "UncompletedJobError" not in err, err[-3000:]
+    client, runs = runs_of(uri)
+    (parent,), _ = split(runs)
+    assert parent.info.status == "KILLED" and parent.data.tags["interrupted"].startswith("SIGINT: 0 of 2 jobs finished")

@@ -243,6 +243,7 @@ def main() -> None:
         # none. Each trial is a FAILED child with its error tag; the parent ends FAILED at exit.
         if not str(e).startswith("No trials are completed yet"):
             raise
+        exit_if_stopped()  # none completed because the search was stopped
         fail(f"every trial of the search failed (Optuna: {one_line(e)}); each trial's child run has an "
              "`error` tag that says why, and the sweep's parent run is FAILED", 1)
     except (HydraException, OmegaConfBaseException) as e:
@@ -250,6 +251,25 @@ def main() -> None:
 
         better = typo(str(e), sys.argv[1:])  # a key without + that the schema lacks: did you mean ...
         fail(str(better) if better else composition_line(e, sys.argv[1:]), 2)
+    except Exception as e:
+        if type(e).__name__ == "UncompletedJobError":  # submitit: a job with no result, interrupted by the stop?
+            exit_if_stopped()
+        raise
+
+
+def exit_if_stopped() -> None:
+    """Exit 128 + signal if this process's sweep was stopped by one: the sweeper's complaint about the
+    jobs the stop interrupted is not a failure. Its parent is closed KILLED at exit, with the sweep's
+    line (sweep/launch.py)."""
+    import signal
+
+    from deepen_run.run.stop import SIGNALS
+    from deepen_run.sweep.launch import Launch
+
+    owners = (getattr(signal.getsignal(sig), "__self__", None) for sig in SIGNALS)
+    signum = next((o.signum for o in owners if isinstance(o, Launch)), None)
+    if signum is not None:
+        sys.exit(128 + signum)
 
 
 def entry() -> None:

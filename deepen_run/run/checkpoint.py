@@ -24,6 +24,9 @@ from deepen_run.safe_fs import shared_mode
 from deepen_run.run.stop import check
 
 STATE = "trainer_state.json"
+# Accelerate's save_model logs "Model weights saved in .../.best.tmp/pytorch_model.bin": the wrong file
+# name (it writes model.safetensors) in a folder renamed right after. Not worth a line.
+logging.getLogger("accelerate.accelerator").addFilter(lambda r: "Model weights saved" not in r.getMessage())
 
 LOCAL = "loop_state_{}.json"  # a rank's own state (its running loss)
 
@@ -35,8 +38,7 @@ def steps_of(folder: Path) -> list[tuple[int, Path]]:
 
 
 def latest(home: Path) -> Optional[Path]:
-    found = steps_of(home)
-    return found[-1][1] if found else None
+    return next((p for _, p in reversed(steps_of(home))), None)
 
 
 def damage(ckpt: Path) -> Optional[str]:
@@ -76,10 +78,9 @@ def rotate(home: Path, step: int, limit: int) -> None:
     before a resume (a damaged one the resume skipped, or one of an attempt that got further): this
     run trains those steps again, and counted among the newest it would push out the one saved now."""
     found = steps_of(home)
-    later = [p for s, p in found if s > step]
     kept = [p for s, p in found if s <= step][-limit:]
     for _, p in found:
-        if p in later or p not in kept:
+        if p not in kept:
             shutil.rmtree(p, ignore_errors=True)
 
 
@@ -120,9 +121,8 @@ class Checkpointer:
             self.root = broadcast_object_list([self.root])[0]
         self.every = tcfg.save_every if home is not None else 0
         self.keep_best = home is not None and keeps_best(tcfg, total, predict)
-        self.limit, self.acc, self.total = tcfg.save_total_limit, accelerator, total
+        self.limit, self.acc, self.total, self.step, self.saved_step = tcfg.save_total_limit, accelerator, total, 0, -1
         self.streams: dict[str, TaskStream] = {}
-        self.step, self.saved_step = 0, -1
         self.evaluated = None  # the last step whose evaluation is in the state (a resume redoes a missing one)
         self.best, self.best_step = -math.inf, None
         # More of the loop's state to save and restore: a value, or a function that gives it when a
@@ -216,15 +216,7 @@ class Checkpointer:
             return
 
         def fill(tmp: Path):
-            # Accelerate logs "Model weights saved in .../.best.tmp/pytorch_model.bin": the wrong file
-            # name (it writes model.safetensors) in a folder renamed right after. Not worth a line.
-            quiet = logging.getLogger("accelerate.accelerator")
-            level = quiet.level
-            quiet.setLevel(logging.WARNING)
-            try:
-                self.acc.save_model(model, str(tmp), safe_serialization=True)
-            finally:
-                quiet.setLevel(level)
+            self.acc.save_model(model, str(tmp), safe_serialization=True)
             if self.acc.is_main_process:  # rank 0 wrote the weights
                 shared_mode(tmp)  # safetensors writes 0600: the kept weights are as readable as the rest
                 (tmp / STATE).write_text(json.dumps(self._state(step)))

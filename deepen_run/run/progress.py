@@ -154,10 +154,7 @@ class Tee:
 
 
 def job_log_path() -> Optional[str]:
-    for h in logging.getLogger().handlers:
-        if isinstance(h, logging.FileHandler):
-            return h.baseFilename
-    return None
+    return next((h.baseFilename for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)), None)
 
 
 @contextmanager

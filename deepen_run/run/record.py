@@ -27,9 +27,8 @@ class RunRecord:
     def __init__(self, cfg, tasks: list, tracker, home, name: str, tags: dict, run_id: Optional[str],
                  main_process: bool):
         self.cfg, self.tasks, self.tracker, self.home, self.name, self.tags = cfg, tasks, tracker, home, name, tags
-        self.run_id, self.main_process = run_id, main_process
+        self.run_id, self.main_process, self.restored = run_id, main_process, not run_id
         self.before = tracker.client.get_run(run_id).info.status if run_id and tracker.enabled else ""
-        self.restored = not run_id
         self.saver: Optional[ck.Checkpointer] = None
         self.monitor = None
 

@@ -33,13 +33,11 @@ class StopFlag:
     and the worker then ends (sweep/jobs.py) instead of idling on."""
 
     def __init__(self, stop_file: Optional[Path] = None, parent: Optional[int] = None):
-        self.signum: Optional[int] = None
-        self.stop_file, self.parent = stop_file, parent
+        self.signum, self.stop_file, self.parent = None, stop_file, parent  # signum: the first signal recorded
         self.previous: dict = {}  # the handlers replaced: given back by uninstall (a launcher's, submitit's)
 
     def install(self) -> "StopFlag":
-        if threading.current_thread() is threading.main_thread():  # a launcher's thread: signals stay its own
-            self.previous = {sig: signal.signal(sig, self._record) for sig in SIGNALS}
+        self.previous = catch(SIGNALS, self._record)
         return self
 
     def uninstall(self) -> None:
@@ -64,10 +62,17 @@ class StopFlag:
         return self.signum
 
 
+def catch(signals, handler) -> dict:
+    """Handle `signals` with `handler` (main thread only) -> the handlers replaced. One ignored at start
+    stays ignored, as Python leaves SIGINT: nohup's SIGHUP (the run outlives its terminal), `cmd &`'s SIGINT."""
+    main = threading.current_thread() is threading.main_thread()
+    return {sig: signal.signal(sig, handler) for sig in signals if main and signal.getsignal(sig) != signal.SIG_IGN}
+
+
 def installed() -> Optional[StopFlag]:
     """The flag whose handler the process has now (the OS's handler table is where it lives)."""
-    owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
-    return owner if isinstance(owner, StopFlag) else None
+    owners = (getattr(signal.getsignal(sig), "__self__", None) for sig in SIGNALS)
+    return next((o for o in owners if isinstance(o, StopFlag)), None)
 
 
 def check(accelerator=None) -> None:

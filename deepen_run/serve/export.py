@@ -9,13 +9,13 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 from deepen_run.errors import UserError
+from deepen_run.run.stop import catch
 from deepen_run.safe_fs import shared_mode
 from deepen_run.model import backbone as bb
 from deepen_run.serve import bundle, card, hf
@@ -85,10 +85,7 @@ def removed_on_signal(tmp: Path, dest: Path):
               file=sys.stderr, flush=True)
         os._exit(128 + signum)
 
-    if threading.current_thread() is not threading.main_thread():  # signal handlers: the main thread's only
-        yield
-        return
-    before = {s: signal.signal(s, stop) for s in STOPS}
+    before = catch(STOPS, stop)  # the main thread's only; one ignored at start (nohup) stays ignored
     try:
         yield
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -18,9 +19,10 @@ from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
 from deepen_run.config.redact import mask_logs
-from deepen_run.errors import UserError, fail_with
+from deepen_run.errors import UserError, fail, fail_with
 from deepen_run.masking import mask_override, mask_uri
 from deepen_run.run.clean import SWEEP_FILE
+from deepen_run.run.stop import StopFlag
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.sweep.outcomes import previous, write_json
 
@@ -42,20 +44,23 @@ class SweepCallback(Callback):
         return {k: v for k, v in self.__dict__.items() if k != "launch"}
 
     def on_multirun_start(self, config, **kwargs) -> None:
+        flag = StopFlag().install()  # a signal from here on is recorded, never raised into a write of open_sweep
         try:
-            self.launch = open_sweep(config)
+            self.launch = open_sweep(config, flag)
         except UserError as e:  # every job's config, the store, the sweep's identity: before anything runs
             fail_with(e)
+        except BaseException:
+            flag.uninstall()  # Hydra 1.3 warns of a callback's error and goes on: no stray flag for the jobs
+            raise
 
     def on_multirun_end(self, config, **kwargs) -> None:  # in the launching process, after on_multirun_start
         self.launch.end()
 
 
-def open_sweep(config):
+def open_sweep(config, flag):
     """Check every job, then create the parent run (or reopen it: resume=auto) and start watching."""
-    from deepen_run.run.resume import orphan_note
     from deepen_run.run.lifecycle import provenance, reap_orphans
-    from deepen_run.run.resume import wanted
+    from deepen_run.run.resume import orphan_note, wanted
     from deepen_run.sweep.check import check_jobs
     from deepen_run.sweep.launch import Launch
     from deepen_run.sweep.resume import check_same, hold, jobs_of, reopen
@@ -82,6 +87,9 @@ def open_sweep(config):
     tags = {"sweep_role": "parent", "sweep_dir": str(sweep_dir), "launcher": target("hydra.launcher._target_"),
             "sweeper": target("hydra.sweeper._target_")} \
         | {k: v for k, v in provenance().items() if k in ("pid", "host", "command", "git_commit")}
+    if flag.requested() is not None:  # before the parent run is made: nothing of this sweep is recorded
+        fail(f"stopped by {signal.Signals(flag.signum).name} while the sweep was checked; nothing ran; the same "
+             "command starts it again", 128 + flag.signum)
     if old is not None:  # the file holds the store's URI masked: this command's is the one to use
         info = old | {"uri": uri, "launcher_pid": os.getpid(), "attempt": old.get("attempt", 1) + 1}
         first_step = reopen(old, tracker, tags | {"sweep_id": old["sweep_id"]})
@@ -97,6 +105,6 @@ def open_sweep(config):
     again = f"; attempt {info['attempt']}, continuing the interrupted sweep" if old is not None else ""
     print(f"[sweep {info['sweep_id']}] {n if n is not None else '?'} jobs; parent run {info['parent_run_id']} in "
           f"experiment {experiment!r} ({mask_uri(uri)}); outputs in {sweep_dir}{again}", flush=True)
-    launch = Launch(info, tracker, first_step, lock).begin()
+    launch = Launch(info, tracker, first_step, lock).begin(flag)
     sweep_summary.start(info, tracker)  # the run note (results table), kept up to date as jobs end
     return launch

@@ -10,7 +10,6 @@ that ties a fixed key to a searched one would refuse a valid search.
 from __future__ import annotations
 
 import copy
-from typing import Optional
 
 from hydra import compose
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -22,7 +21,7 @@ from deepen_run.errors import UserError, composition_line
 from deepen_run.util import one_line
 
 
-def job_overrides(config) -> Optional[list[list[str]]]:
+def job_overrides(config) -> list[list[str]] | None:
     """Each job's overrides, in launch order, as Hydra's BasicSweeper splits them (its own function),
     or None for another sweeper."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper

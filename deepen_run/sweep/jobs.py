@@ -23,7 +23,7 @@ from deepen_run.masking import mask_override, mask_string, secret_env_values
 from deepen_run.run.clean import JOBS_DIR
 from deepen_run.run.names import run_name
 from deepen_run.run.progress import job_num
-from deepen_run.run.stop import Stopped, StopFlag, check
+from deepen_run.run.stop import Stopped, StopFlag, catch, check
 from deepen_run.sweep import summary
 from deepen_run.sweep.outcomes import previous, start_line, write_json
 from deepen_run.util import first_line as _one_line
@@ -48,6 +48,10 @@ class SweepJob:
         from deepen_run.run.resume import current_dir
 
         t0 = time.time()
+        launcher = self.info.get("launcher_pid")
+        worker = bool(launcher) and os.getppid() == launcher  # a loky or submitit_local worker of the launcher
+        if worker:  # leaves Ctrl-C to its launcher, which stops the sweep; the job's flag below replaces this
+            catch([signal.SIGINT], lambda signum, frame: None)  # (not SIG_IGN, which the flag would keep)
         if (self.jobs / STOP_FILE).exists():
             return NO_SCORE  # the sweep was stopped by a signal before this job began: it stays pending
         if not cfg.tracking.run_name:  # short, the swept values first
@@ -59,10 +63,8 @@ class SweepJob:
         if kept is not None:  # FINISHED by an earlier attempt of this sweep: counted, not trained again
             write_json(self.jobs / f"{self.num}.json", kept | {"name": name})
             return scored(kept["score"])
-        launcher = self.info.get("launcher_pid")
         # From the job's start: a signal while it loads ends it KILLED too, and so does the launcher's
         # STOP file (a launcher stopped by a signal of its own, or on another machine).
-        worker = bool(launcher) and os.getppid() == launcher  # a loky or submitit_local worker of the launcher
         flag = StopFlag(self.jobs / STOP_FILE, parent=launcher if worker else None).install()
         write_json(self.jobs / f"{self.num}.start.json", {"overrides": [mask_override(o) for o in self.overrides],
                                                            "pid": os.getpid(),
@@ -88,8 +90,6 @@ class SweepJob:
         finally:
             flag.uninstall()
         write_json(self.jobs / f"{self.num}.json", outcome | {"seconds": time.time() - t0})
-        if worker:  # an idle worker leaves Ctrl-C to its launcher, which stops the sweep
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
         signum = stopped.signum if stopped is not None else flag.signum
         if signum is not None and not (launcher and os.getppid() == launcher):  # a worker's launcher has the STOP file
             pass_on(signum)  # submitit: requeue; the basic launcher: stop the sweep (launch.Launch.on_signal)

@@ -14,12 +14,11 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Optional
 
 from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
 from deepen_run.run.lifecycle import reap_orphans
 from deepen_run.run.resume import orphan_note
-from deepen_run.run.stop import SIGNALS
+from deepen_run.run.stop import SIGNALS, catch
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.sweep.jobs import STOP_FILE
 from deepen_run.sweep.outcomes import Counts, watch
@@ -31,20 +30,20 @@ class Launch:
         self.info, self.tracker = info, tracker
         self.dir = Path(info["dir"])
         self.counts = Counts(self.dir, info["n_jobs"], tracker, first_step)
-        self.signum: Optional[int] = None
+        self.signum: int | None = None
         self.lock = lock  # the sweep dir's launcher lock (resume.hold), held for the launcher's life
         self.closed = False
         self.stop = threading.Event()
         refresh = lambda: sweep_summary.update(info, tracker)  # noqa: E731 (the run note, as each job ends)
         self.watcher = threading.Thread(target=watch, args=(self.counts, self.stop, refresh), daemon=True)
 
-    def begin(self) -> "Launch":
+    def begin(self, flag) -> "Launch":
+        catch(SIGNALS, self.on_signal)  # first: flag (open_sweep's) records no more, and what it has is acted on
+        if flag.signum is not None:  # while the parent was made: the sweep stops before any job starts
+            self.on_signal(flag.signum, None)
         self.counts.log()  # every job pending (or kept) before the first one starts
         self.watcher.start()
         atexit.register(self.at_exit)
-        if threading.current_thread() is threading.main_thread():
-            for sig in SIGNALS:
-                signal.signal(sig, self.on_signal)
         return self
 
     def on_signal(self, signum, frame) -> None:

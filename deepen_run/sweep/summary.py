@@ -182,11 +182,8 @@ def parent_tags(children: list[dict], swept_keys: list[str], n_jobs=None) -> dic
     """The parent's collapsed row in the runs table: a parent trains nothing, so its default columns
     would read "-"; they hold its children's values instead (`seed` 1,2), and `score` the best child's
     (`best <score> (<k> of <n> runs)`). deepen-report leaves parents out of its rows (rows.reportable)."""
-    tags = {}
-    for key in dict.fromkeys([*swept_keys, *SHOWN]):
-        values = [c["tags"][key] for c in children if key in c["tags"]]
-        if values:
-            tags[key] = ",".join(distinct(values))
+    tags = {key: ",".join(distinct(values)) for key in dict.fromkeys([*swept_keys, *SHOWN])
+            if (values := [c["tags"][key] for c in children if key in c["tags"]])}
     scores = [float(c["tags"][SCORE_TAG]) for c in children if c["status"] == "FINISHED" and SCORE_TAG in c["tags"]]
     if scores:
         tags[SCORE_TAG] = f"best {max(scores):.4f} ({len(scores)} of {n_jobs or len(children)} runs)"

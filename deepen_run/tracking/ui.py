@@ -26,6 +26,7 @@ import urllib.request
 
 from deepen_run.errors import fail
 from deepen_run.masking import mask_uri
+from deepen_run.run.stop import catch
 
 KIND = ("mlflow.experimentKind", "custom_model_development")
 VIEW = "deepen-run"  # the share key
@@ -97,10 +98,9 @@ def serve(store: str, artifacts: str, port: int, experiments: tuple[str, ...] = 
             fail(f"port {port} is not free ({e.strerror}): another server holds it; pick another with "
                  f"make ui UI_PORT=<port>", 1, prog="make ui")
     proc = subprocess.Popen(cmd, start_new_session=True, env=env)
-    # Ctrl-C and SIGTERM are only recorded (the handler raises nothing); the waits below look at them.
+    # Signals only recorded; the waits below stop the server, which no hangup reaches (a session of its own).
     asked: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, frame: asked.append(signum))
+    catch((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), lambda signum, frame: asked.append(signum))
     while proc.poll() is None and not asked:
         try:
             if urllib.request.urlopen(f"{base}/health", timeout=2).status == 200:
