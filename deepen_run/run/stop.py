@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Optional
+
+from deepen_run.signals import catch
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -60,13 +61,6 @@ class StopFlag:
             name = self.stop_file.read_text().strip()
             self.signum = getattr(signal.Signals, name, signal.SIGTERM).value
         return self.signum
-
-
-def catch(signals, handler) -> dict:
-    """Handle `signals` with `handler` (main thread only) -> the handlers replaced. One ignored at start
-    stays ignored, as Python leaves SIGINT: nohup's SIGHUP (the run outlives its terminal), `cmd &`'s SIGINT."""
-    main = threading.current_thread() is threading.main_thread()
-    return {sig: signal.signal(sig, handler) for sig in signals if main and signal.getsignal(sig) != signal.SIG_IGN}
 
 
 def installed() -> Optional[StopFlag]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from deepen_run.errors import UserError
-from deepen_run.run.stop import catch
+from deepen_run.signals import catch
 from deepen_run.safe_fs import shared_mode
 from deepen_run.model import backbone as bb
 from deepen_run.serve import bundle, card, hf

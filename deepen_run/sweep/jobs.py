@@ -23,7 +23,8 @@ from deepen_run.masking import mask_override, mask_string, secret_env_values
 from deepen_run.run.clean import JOBS_DIR
 from deepen_run.run.names import run_name
 from deepen_run.run.progress import job_num
-from deepen_run.run.stop import Stopped, StopFlag, catch, check
+from deepen_run.run.stop import Stopped, StopFlag, check
+from deepen_run.signals import catch
 from deepen_run.sweep import summary
 from deepen_run.sweep.outcomes import previous, start_line, write_json
 from deepen_run.util import first_line as _one_line

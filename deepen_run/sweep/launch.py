@@ -18,7 +18,8 @@ from pathlib import Path
 from deepen_run.run.clean import JOBS_DIR, SWEEP_FILE
 from deepen_run.run.lifecycle import reap_orphans
 from deepen_run.run.resume import orphan_note
-from deepen_run.run.stop import SIGNALS, catch
+from deepen_run.run.stop import SIGNALS
+from deepen_run.signals import catch
 from deepen_run.sweep import summary as sweep_summary
 from deepen_run.sweep.jobs import STOP_FILE
 from deepen_run.sweep.outcomes import Counts, watch

@@ -26,7 +26,7 @@ import urllib.request
 
 from deepen_run.errors import fail
 from deepen_run.masking import mask_uri
-from deepen_run.run.stop import catch
+from deepen_run.signals import catch
 
 KIND = ("mlflow.experimentKind", "custom_model_development")
 VIEW = "deepen-run"  # the share key
