@@ -1,8 +1,8 @@
 """An interrupted sweep continues under its original parent with resume=auto (issue: sweeps that
 survive). A real 6-job joblib sweep (2 workers, one a core here, 30 steps a job) is stopped once 2
 children FINISHED and a later one has a checkpoint: jobs that finished, jobs mid-training and jobs not
-yet started, stopped by SIGKILL of its process group or by Ctrl-C (SIGINT to the group), then rerun
-with the same command plus resume=auto. Tiny random BERT on short batches (8 x 32 tokens, as the
+yet started, stopped by Ctrl-C (SIGINT to the group); rerun with the same command plus resume=auto,
+SIGKILLed in turn once another job finished; and rerun again to its end. Tiny random BERT on short batches (8 x 32 tokens, as the
 other tiny tests): the mechanics only."""
 import json
 import os
@@ -49,29 +49,31 @@ def history(client, run, key="train/loss"):
     return [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
 
 
-def interrupt(tmp_path, glue_dir, sig):
-    """Start the sweep, stop it with `sig` to its process group once 2 jobs FINISHED and another has a
-    checkpoint; returns (args, the stopped process's stderr, job numbers FINISHED before the stop)."""
-    sweep = tmp_path / "sweep"
-    args = [*SWEEP, f"data.glue_dir={glue_dir}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-            f"hydra.sweep.dir={sweep}", f"data.cache_dir={tmp_path}/cache"]
-    existing_store(f"sqlite:///{tmp_path}/mlflow.db")
-    exe = Path(sys.executable).with_name("deepen-run")
-    proc = forkserver.popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+def stop(proc, sweep: Path, sig, ready) -> tuple[str, set[int]]:
+    """Send `sig` to the sweep's process group once ready(job numbers FINISHED) holds; returns (the
+    stopped process's stderr, job numbers FINISHED before the stop)."""
     t0 = time.time()
     while True:
         assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
-        done = outcomes(sweep)
-        finished = {k for k, s in done.items() if s == "FINISHED"}
-        mid = [d for d in sweep.glob("[0-9]*") if int(d.name) not in done and list(d.glob("checkpoints/step-*"))]
-        if len(finished) >= 2 and mid:
+        finished = {k for k, s in outcomes(sweep).items() if s == "FINISHED"}
+        if ready(finished):
             break
         time.sleep(0.1)
     os.killpg(proc.pid, sig)
     _, err = proc.communicate(timeout=HANG)
     assert len(finished) < 6
-    return args, proc, err, finished
+    return err, finished
+
+
+def steps_saved(sweep: Path) -> dict[int, set[str]]:
+    """Each job's checkpoint folders (step-N) now."""
+    return {int(d.name): {c.name for c in d.glob("checkpoints/step-*")} for d in sweep.glob("[0-9]*")}
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    exe = Path(sys.executable).with_name("deepen-run")
+    return forkserver.popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
 
 
 def resume_and_check(tmp_path, args, finished_before):
@@ -117,17 +119,18 @@ def resume_and_check(tmp_path, args, finished_before):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_sigkilled_joblib_sweep_resumes_under_its_parent(tmp_path, glue_dir):
-    args, proc, _, finished = interrupt(tmp_path, glue_dir, signal.SIGKILL)
-    assert proc.returncode == -signal.SIGKILL
-    r = resume_and_check(tmp_path, args, finished)
-    assert "attempt 2, continuing the interrupted sweep" in r.stdout
-
-
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir, capsys):
-    args, proc, err, finished = interrupt(tmp_path, glue_dir, signal.SIGINT)
+def test_a_sweep_stopped_by_ctrl_c_then_sigkilled_resumes_under_its_parent_each_time(tmp_path, glue_dir, capsys):
+    """Attempt 1 is stopped by Ctrl-C (SIGINT to the process group) once 2 jobs FINISHED and another
+    has a checkpoint: exit 130 and a truthful record. Attempt 2 (resume=auto) is SIGKILLed once one
+    more job FINISHED and an unfinished one saved a new step. Attempt 3 ends the sweep under the same
+    parent: every job FINISHED once, no step logged twice, the jobs finished before kept as they were."""
+    sweep = tmp_path / "sweep"
+    args = [*SWEEP, f"data.glue_dir={glue_dir}", f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+            f"hydra.sweep.dir={sweep}", f"data.cache_dir={tmp_path}/cache"]
+    existing_store(f"sqlite:///{tmp_path}/mlflow.db")
+    proc = start(args)
+    err, finished = stop(proc, sweep, signal.SIGINT, lambda done: len(done) >= 2 and any(
+        k not in done and steps for k, steps in steps_saved(sweep).items()))
     assert proc.returncode == 130, err[-3000:]
     client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db")
     (parent,), children = split(runs)
@@ -167,7 +170,15 @@ def test_ctrl_c_of_a_joblib_sweep_is_truthful_then_resumes(tmp_path, glue_dir, c
             assert f"  job {k + 1}: no run recorded" in out
         elif status == "KILLED":
             assert any(ln.startswith(f"  job {k + 1} ") and ": KILLED" in ln for ln in out.splitlines()), out
-    resume_and_check(tmp_path, args, finished)
+
+    # Attempt 2, SIGKILLed: no handler runs; attempt 3's launcher finds its jobs' runs RUNNING and dead.
+    before = steps_saved(sweep)
+    proc = start([*args, "resume=auto"])
+    err, finished = stop(proc, sweep, signal.SIGKILL, lambda done: len(done) > len(finished) and any(
+        k not in done and steps - before.get(k, set()) for k, steps in steps_saved(sweep).items()))
+    assert proc.returncode == -signal.SIGKILL, err[-3000:]
+    r = resume_and_check(tmp_path, args, finished)
+    assert "attempt 3, continuing the interrupted sweep" in r.stdout
 
 
 @pytest.mark.slow

@@ -261,15 +261,12 @@ def exit_if_stopped() -> None:
     """Exit 128 + signal if this process's sweep was stopped by one: the sweeper's complaint about the
     jobs the stop interrupted is not a failure. Its parent is closed KILLED at exit, with the sweep's
     line (sweep/launch.py)."""
-    import signal
-
-    from deepen_run.run.stop import SIGNALS
+    from deepen_run.run.stop import installed
     from deepen_run.sweep.launch import Launch
 
-    owners = (getattr(signal.getsignal(sig), "__self__", None) for sig in SIGNALS)
-    signum = next((o.signum for o in owners if isinstance(o, Launch)), None)
-    if signum is not None:
-        sys.exit(128 + signum)
+    launch = installed(Launch)
+    if launch is not None and launch.signum is not None:
+        sys.exit(128 + launch.signum)
 
 
 def entry() -> None:

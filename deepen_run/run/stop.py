@@ -63,10 +63,11 @@ class StopFlag:
         return self.signum
 
 
-def installed() -> Optional[StopFlag]:
-    """The flag whose handler the process has now (the OS's handler table is where it lives)."""
+def installed(kind: Optional[type] = None):
+    """The StopFlag (or other handler owner of `kind`) whose handler the process has now (the OS's
+    handler table is where it lives)."""
     owners = (getattr(signal.getsignal(sig), "__self__", None) for sig in SIGNALS)
-    return next((o for o in owners if isinstance(o, StopFlag)), None)
+    return next((o for o in owners if isinstance(o, kind or StopFlag)), None)
 
 
 def check(accelerator=None) -> None:

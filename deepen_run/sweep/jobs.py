@@ -92,7 +92,8 @@ class SweepJob:
             flag.uninstall()
         write_json(self.jobs / f"{self.num}.json", outcome | {"seconds": time.time() - t0})
         signum = stopped.signum if stopped is not None else flag.signum
-        if signum is not None and not (launcher and os.getppid() == launcher):  # a worker's launcher has the STOP file
+        # A worker whose launcher lives leaves the stop to the STOP file; one orphaned (launcher SIGKILLed) ends itself.
+        if signum is not None and not (launcher and os.getppid() == launcher):
             pass_on(signum)  # submitit: requeue; the basic launcher: stop the sweep (launch.Launch.on_signal)
             if stopped is not None and launcher and launcher != os.getpid():
                 # A scheduler's job (SLURM: SIGTERM of `scontrol requeue`, which submitit's handler only
