@@ -4,10 +4,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -78,6 +81,38 @@ def mlflow_uri(tmp_path) -> str:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     existing_store(uri)
     return uri
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A live `mlflow server` on a SQLite store, one a test process: each test that uses it logs to an
+    experiment of its own (starting a server costs seconds of CPU)."""
+    tmp_path = tmp_path_factory.mktemp("mlflow_server")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).with_name("mlflow")
+    proc = subprocess.Popen([str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
+                             "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"),
+                            # its GenAI job runner (a pool of worker processes) serves nothing here
+                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + HANG  # bounds a hang only: a loaded machine starts it slowly
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                if urllib.request.urlopen(f"{url}/health", timeout=5).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("mlflow server did not start: " + (tmp_path / "server.log").read_text()[-2000:])
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=HANG)
 
 
 def make_cfg(*overrides: str):

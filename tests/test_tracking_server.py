@@ -1,46 +1,10 @@
 """A real `mlflow server` as the store: a sweep whose first job has bad input and whose second writes
 GLUE test-server files. Checks the HTTP store, a failing job, and submissions in one sweep (each
 CLI process costs seconds here)."""
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-from conftest import HANG, cli, runs_of
-
-
-@pytest.fixture
-def mlflow_server(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = Path(sys.executable).with_name("mlflow")
-    proc = subprocess.Popen([str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
-                             "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"),
-                            # its GenAI job runner (a pool of worker processes) serves nothing here
-                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + HANG  # bounds a hang only: a loaded machine starts it slowly
-        while time.time() < deadline and proc.poll() is None:
-            try:
-                if urllib.request.urlopen(f"{url}/health", timeout=5).status == 200:
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("mlflow server did not start: " + (tmp_path / "server.log").read_text()[-2000:])
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=HANG)
+from conftest import cli, runs_of
 
 
 @pytest.mark.slow
