@@ -25,25 +25,6 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_sigterm_stops_the_server(tmp_path):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "deepen_run.tracking.ui", f"sqlite:///{tmp_path}/mlflow.db",
-                             str(tmp_path / "art"), str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    t0 = time.time()
-    for line in proc.stdout:
-        if "MLflow UI is up" in line:
-            break
-        assert time.time() - t0 < HANG
-    assert listening(port)
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=120)
-    deadline = time.time() + 30
-    while listening(port) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not listening(port), f"something still listens on {port} after SIGTERM"
-
-
 def test_a_port_in_use_or_not_a_port_is_one_line_and_no_links(tmp_path):
     """The links `make ui` prints must lead to its own server: a port another process holds is
     refused before the server starts (was: 'MLflow UI is up' with links to the other server), as is
@@ -61,9 +42,10 @@ def test_a_port_in_use_or_not_a_port_is_one_line_and_no_links(tmp_path):
             assert "MLflow UI is up" not in r.stdout
 
 
-def test_make_ui_listens_on_the_loopback_address_only(tmp_path):
+def test_make_ui_listens_on_the_loopback_address_only_and_sigterm_stops_it(tmp_path):
     """docs/reliability.md, Safety: `make ui` (its very command) listens on 127.0.0.1 only: every
-    socket listening on its port is bound to 127.0.0.1, none to all addresses (0.0.0.0 or ::)."""
+    socket listening on its port is bound to 127.0.0.1, none to all addresses (0.0.0.0 or ::). Sent
+    SIGTERM, it stops its MLflow server: nothing is left listening on its port."""
     import psutil
 
     port = free_port()
@@ -76,9 +58,14 @@ def test_make_ui_listens_on_the_loopback_address_only(tmp_path):
             if "MLflow UI is up" in line:
                 break
             assert time.time() - t0 < HANG
+        assert listening(port)
         bound = {c.laddr.ip for c in psutil.net_connections(kind="inet")
                  if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port}
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     assert bound == {"127.0.0.1"}, bound
+    deadline = time.time() + 30
+    while listening(port) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not listening(port), f"something still listens on {port} after SIGTERM"

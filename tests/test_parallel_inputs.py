@@ -38,7 +38,10 @@ def job(uri: str, glue_dir: str, barrier, out) -> None:
 def test_jobs_that_log_the_same_files_at_once_all_record_them(tmp_path, glue_dir):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     Tracker(uri, "race").check()  # the schema and the experiment first, as a sweep's parent does
-    ctx = mp.get_context("spawn")
+    # Fresh processes, not forks of this one (which holds an open store): multiprocessing's fork
+    # server imports the tracking code once, and each job is a fork of it.
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["deepen_run.tracking.store", "deepen_run.tracking.models"])
     barrier, out = ctx.Barrier(N), ctx.Queue()
     procs = [ctx.Process(target=job, args=(uri, glue_dir, barrier, out)) for _ in range(N)]
     for p in procs:

@@ -307,12 +307,12 @@ def test_a_ctrl_c_of_a_submitit_local_sweep_ends_it_as_a_stopped_sweep(tmp_path,
     sweep, uri = tmp_path / "sweep", f"sqlite:///{tmp_path}/mlflow.db"
     exe = Path(sys.executable).with_name("deepen-run")
     args = [a for a in TINY if not a.startswith("train.max_steps")]
-    proc = forkserver.popen([str(exe), "-m", "hydra/launcher=submitit_local", "seed=1,2", *args, "train.max_steps=100000",
+    proc = forkserver.popen([str(exe), "-m", "hydra/launcher=submitit_local", "seed=1", *args, "train.max_steps=100000",
                              "train.save_every=5", f"data.glue_dir={glue_dir}", f"tracking.uri={uri}",
                              f"hydra.sweep.dir={sweep}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     t0 = time.time()
-    while len(list(sweep.glob("[01]/checkpoints/step-*"))) < 2:
+    while len(list(sweep.glob("0/checkpoints/step-*"))) < 2:
         assert proc.poll() is None and time.time() - t0 < HANG, proc.communicate()[1][-3000:]
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the launcher, submitit's controllers, the jobs
@@ -321,4 +321,4 @@ def test_a_ctrl_c_of_a_submitit_local_sweep_ends_it_as_a_stopped_sweep(tmp_path,
     assert "UncompletedJobError" not in err, err[-3000:]
     client, runs = runs_of(uri)
     (parent,), _ = split(runs)
-    assert parent.info.status == "KILLED" and parent.data.tags["interrupted"].startswith("SIGINT: 0 of 2 jobs finished")
+    assert parent.info.status == "KILLED" and parent.data.tags["interrupted"].startswith("SIGINT: 0 of 1 jobs finished")
