@@ -46,8 +46,9 @@ def test_log_off_a_terminal_is_plain_lines(tmp_path, glue_dir):
     log = tmp_path / "run.log"
     exe = Path(sys.executable).with_name("deepen-run")
     with open(log, "w") as f:
-        rc = subprocess.run([str(exe), *isolated([*TINY, "train.max_steps=150", f"data.glue_dir={glue_dir}"])],
-                            stdout=f, stderr=subprocess.STDOUT, timeout=HANG).returncode
+        proc = forkserver.popen([str(exe), *isolated([*TINY, "train.max_steps=150", f"data.glue_dir={glue_dir}"])],
+                                stdout=f, stderr=subprocess.STDOUT)
+        rc = proc.wait(timeout=HANG)
     text = log.read_text()
     assert rc == 0, text[-3000:]
     assert "\r" not in text

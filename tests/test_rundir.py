@@ -264,7 +264,7 @@ def test_default_run_dirs_of_two_runs_started_at_once_never_collide(tmp_path, gl
     # Each process loads what it needs, waits for the other, then both go on at the same whole second.
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    code = "\n".join([
+    code = forkserver.CODE + "\n".join([  # two forks of the tests' server: two processes all the same
         "import os, sys, time",
         "from pathlib import Path",
         "from deepen_run.cli.run import main",
@@ -279,7 +279,7 @@ def test_default_run_dirs_of_two_runs_started_at_once_never_collide(tmp_path, gl
             f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"data.cache_dir={tmp_path}/cache",
             f"hydra.run.dir={default.replace('${root:}', str(tmp_path))}"]
     existing_store(f"sqlite:///{tmp_path}/mlflow.db")
-    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [forkserver.popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     ends = [p.communicate(timeout=HANG) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in ends]
     dirs = sorted((tmp_path / "outputs" / "runs").glob("*/*"))
