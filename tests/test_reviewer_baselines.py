@@ -179,6 +179,21 @@ def test_dwa_is_the_pretrained_function_at_step_0(family):
     assert not torch.allclose(deep(**x).last_hidden_state, a)
 
 
+def test_a_dwa_model_loads_its_own_safetensors_as_a_resume_does(tmp_path):
+    """A resume loads the checkpoint's model.safetensors into the model (Accelerate's load_state, through
+    safetensors' load_model): DWA's weights once were views of a larger tensor, which it refuses."""
+    from safetensors.torch import load_model, save_model
+
+    deep = steps.load(make_cfg("backbone=tiny", "backbone.dwa=true"))[0]
+    with torch.no_grad():
+        for p in deep.parameters():
+            p.add_(0.01)
+    save_model(deep, str(tmp_path / "model.safetensors"))
+    fresh = steps.load(make_cfg("backbone=tiny", "backbone.dwa=true"))[0]
+    load_model(fresh, str(tmp_path / "model.safetensors"))
+    assert all(torch.equal(a, b) for a, b in zip(deep.state_dict().values(), fresh.state_dict().values()))
+
+
 # Real runs
 
 @pytest.mark.slow

@@ -32,7 +32,9 @@ class DepthWeights(nn.Module):
 
     def __init__(self, depth: int):
         super().__init__()
-        self.weights = nn.ParameterList(nn.Parameter(torch.eye(i + 2)[-1]) for i in range(depth))
+        # Each its own storage (a row of eye() is a view of the whole matrix, which safetensors refuses
+        # to load into: a checkpointed run could not resume).
+        self.weights = nn.ParameterList(nn.Parameter(torch.eye(i + 2)[-1].clone()) for i in range(depth))
         self._states: list[torch.Tensor] = []
 
     def start(self, *_):
