@@ -179,19 +179,23 @@ def test_dwa_is_the_pretrained_function_at_step_0(family):
     assert not torch.allclose(deep(**x).last_hidden_state, a)
 
 
-def test_a_dwa_model_loads_its_own_safetensors_as_a_resume_does(tmp_path):
+@pytest.mark.parametrize("over", [["method=baseline", "backbone.dwa=true"], ["method=scalar_mix"], ["method=lora"],
+                                  ["method=baseline", "backbone.duplicate_layers=[1]", "backbone.duplicate_train=copies"],
+                                  ["method=hire"], ["method=pals"]], ids=" ".join)
+def test_each_arms_model_loads_its_own_safetensors_as_a_resume_does(tmp_path, over):
     """A resume loads the checkpoint's model.safetensors into the model (Accelerate's load_state, through
-    safetensors' load_model): DWA's weights once were views of a larger tensor, which it refuses."""
+    safetensors' load_model). DWA's weights once were views of a larger tensor, which it refuses, and a
+    stopped Study IV job could not resume: every arm of the study is held to the round trip."""
     from safetensors.torch import load_model, save_model
 
-    deep = steps.load(make_cfg("backbone=tiny", "backbone.dwa=true"))[0]
+    model = built(*over)[1]
     with torch.no_grad():
-        for p in deep.parameters():
+        for p in model.parameters():
             p.add_(0.01)
-    save_model(deep, str(tmp_path / "model.safetensors"))
-    fresh = steps.load(make_cfg("backbone=tiny", "backbone.dwa=true"))[0]
+    save_model(model, str(tmp_path / "model.safetensors"))
+    fresh = built(*over)[1]
     load_model(fresh, str(tmp_path / "model.safetensors"))
-    assert all(torch.equal(a, b) for a, b in zip(deep.state_dict().values(), fresh.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
 
 
 # Real runs
