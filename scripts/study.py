@@ -129,7 +129,8 @@ S4_PARTS: dict[str, dict] = {
 }
 STUDIES = {
     "s4": {"parts": S4_PARTS, "primary": list(S4_PARTS), "experiment": "study-s4", "baseline": None, "first": None,
-           "plan": S4_PLAN, "inherit_rule": ROOT / "docs" / "results" / "s3" / "lr_rule.json"},
+           "plan": S4_PLAN, "inherit_rule": ROOT / "docs" / "results" / "s3" / "lr_rule.json",
+           "mde": 1.0},  # the plan's target: an MDE of at most 1.0 point at alpha 0.05/7
     "floor": {"parts": PARTS, "primary": PRIMARY, "experiment": "study-floor", "baseline": BASELINE,
               "first": "floor_base"},
     "s3": {"parts": S3_PARTS, "primary": list(S3_PARTS), "experiment": "study-s3", "baseline": None, "first": None,
@@ -234,7 +235,13 @@ def report_command(uri: str, ids: list[str], contrasts: list[str], own: bool = F
         (["--tasks", "sst2,stsb"] if own else ["--baseline", st["baseline"]] if st["baseline"] else [])
     cmd += which + [x for c in contrasts for x in ("--contrast", c)]
     if st.get("plan") or plan:  # a planned study: the plan names the family, its tests and its adjustment
-        return cmd + ["--plan", str(plan or st["plan"])]
+        cmd += ["--plan", str(plan or st["plan"])]
+        if st.get("mde"):  # and the MDE each member achieved, which the plan promised to print after the runs
+            from deepen_run.report.plan import contrast_specs, load
+
+            family = contrast_specs(load(Path(st["plan"]))[0])
+            cmd += [x for c in family for x in ("--power", c)] + ["--family", str(len(family)), "--mde", str(st["mde"])]
+        return cmd
     if st is STUDIES["s3"]:  # the confirmatory family alone under Holm; the rest in their own table
         family = [c for c in contrasts if c in st["family"]]
         cmd += (["--only-contrasts"] if contrasts else []) + [x for c in secondary for x in ("--secondary", c)]

@@ -12,7 +12,7 @@ from deepen_run.report import from_csv
 from deepen_run.report import main as report
 
 DOC = (ROOT / "docs" / "results.md").read_text()
-# Two studies, each with its command: Study III (the current one) first, then the floor study.
+# Three studies, each with its command: Study IV (the newest, tests/test_results_s4.py), Study III, the floor study.
 S3 = DOC[DOC.index("## Study III"):DOC.index("## The floor study")]
 FLOOR = DOC[DOC.index("## The floor study"):]
 INTERVAL = re.compile(r"\[[+-]\d+\.\d, [+-]\d+\.\d\]")
@@ -48,18 +48,22 @@ def printed() -> str:
     return run_report(documented_command(FLOOR))
 
 
-def s3_command() -> list[str]:
-    """The page's Study III command is `eval "$(python scripts/study.py --study s3 --part family --command)"`:
-    the deepen-report argv that prints."""
+def study_command(study: str, part: str, section: str) -> list[str]:
+    """The section shows `eval "$(python scripts/study.py --study S --part P --command)"`: the argv after
+    deepen-report of the line that prints."""
     import subprocess
     import sys
 
-    assert 'eval "$(python scripts/study.py --study s3 --part family --command)"' in S3
-    line = subprocess.run([sys.executable, "scripts/study.py", "--study", "s3", "--part", "family", "--command"],
+    assert f'eval "$(python scripts/study.py --study {study} --part {part} --command)"' in section
+    line = subprocess.run([sys.executable, "scripts/study.py", "--study", study, "--part", part, "--command"],
                           cwd=ROOT, capture_output=True, text=True, check=True).stdout
     argv = shlex.split(line)
     assert argv[0] == "deepen-report"
     return argv[1:]
+
+
+def s3_command() -> list[str]:
+    return study_command("s3", "family", S3)
 
 
 @pytest.fixture(scope="module")
@@ -69,17 +73,17 @@ def printed_s3() -> str:
 
 @pytest.fixture(scope="module")
 def printed_design() -> str:
-    """Study III by its design-time plan: `python scripts/study.py --study s3 --part design --command`."""
-    import subprocess
-    import sys
-
-    line = subprocess.run([sys.executable, "scripts/study.py", "--study", "s3", "--part", "design", "--command"],
-                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return run_report(shlex.split(line)[1:])
+    """Study III by its design-time plan."""
+    return run_report(study_command("s3", "design", S3))
 
 
-def result_tables(section: str = FLOOR) -> list[list[str]]:
-    """The section's tables that the report prints: the rows table, the contrasts, secondary, power."""
+REPORTED = ("| # | backbone |", "| a | b | task | n |")
+PLANNED = REPORTED + ("| member | a | b | task | n (planned) |", "| id | a | b | task | n |")  # --plan's tables
+
+
+def result_tables(section: str = FLOOR, keep: tuple = REPORTED) -> list[list[str]]:
+    """The section's tables that the report prints: the rows table, the contrasts, secondary, power
+    (keep=PLANNED: and a plan's family and exploratory tables)."""
     tables, cur = [], []
     for line in section.splitlines() + [""]:
         if line.startswith("|"):
@@ -87,7 +91,6 @@ def result_tables(section: str = FLOOR) -> list[list[str]]:
         elif cur:
             tables.append(cur)
             cur = []
-    keep = ("| # | backbone |", "| a | b | task | n |")
     return [t for t in tables if t[0].startswith(keep)]
 
 

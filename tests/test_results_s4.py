@@ -1,0 +1,44 @@
+"""Study IV's section of docs/results.md is printed by its one command from the published per-job
+files alone, read by the plan that was committed before its first job (docs/plans/s4.yaml)."""
+import re
+
+import pytest
+from test_results_csv import DOC, INTERVAL, PLANNED, ROOT, result_tables, run_report, study_command
+
+S4 = DOC[DOC.index("## Study IV"):DOC.index("## Study III")]
+
+
+def test_study4s_tables_and_quoted_intervals_are_printed_by_its_command():
+    """Study IV is read once, whole, by its plan: the command runs deepen-report --plan over every
+    non-pilot job file, each of which recorded the plan's sha, with each member's achieved power."""
+    argv = study_command("s4", "family", S4)
+    files = [argv[i + 1] for i, x in enumerate(argv) if x == "--from-csv"]
+    assert len(files) == 24 + 24 + 16 + 24 + 24 + 16 + 8 + 8  # hire_a-b, capacity, dup_a-b, multi, sched_a-b
+    assert argv[argv.index("--plan") + 1] == "docs/plans/s4.yaml" and "--contrast" not in argv
+    assert argv.count("--power") == 7 and argv[argv.index("--family") + 1] == "7"
+    printed = run_report(argv)
+    assert f"the runs recorded this plan ({len(files)} job files): read as designed" in printed
+    tables = result_tables(S4, PLANNED)
+    assert len(tables) == 4  # rows, the planned family, the exploratory contrasts, power
+    lines = set(printed.splitlines())
+    assert [line for t in tables for line in t if line not in lines] == []
+    assert [x for x in printed.splitlines() if x.startswith("| ") and x not in set(S4.splitlines())] == []
+    quoted = set(INTERVAL.findall(S4))
+    assert len(quoted) > 7 and sorted(q for q in quoted if q not in printed) == []
+    held = re.search(r"Members with a reading that holds: (.*)\.", printed).group(1)
+    assert f"Members with a reading that holds: {held}." in S4
+
+
+def test_study4s_plan_is_older_than_every_study4_job_file():
+    """The plan was committed before the first job file, and not changed since."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+    if not (ROOT / ".git").exists() or git("rev-parse", "--is-shallow-repository").strip() == "true":
+        pytest.skip("needs the repo's whole git history")
+    plan = git("log", "-1", "--format=%H", "--", "docs/plans/s4.yaml").strip()
+    first_job = git("log", "--diff-filter=A", "--reverse", "--format=%H", "--", "docs/results/s4/jobs").split()[0]
+    assert plan != first_job
+    assert subprocess.run(["git", "merge-base", "--is-ancestor", plan, first_job], cwd=ROOT).returncode == 0
