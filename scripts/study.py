@@ -253,11 +253,12 @@ def report_command(uri: str, ids: list[str], contrasts: list[str], own: bool = F
 def report(uri: str, out: Path, ids: list[str], contrasts: list[str], own: bool = False,
            st: dict = STUDIES["floor"], secondary: tuple = ()) -> None:
     cmd = report_command(uri, ids, contrasts, own, st, secondary)
-    cmd = [str(BIN / cmd[0]), *cmd[1:], "--out", str(out), "--seeds-csv", str(out / "seeds.csv")]
-    printed = sh(cmd, capture=True)
+    cmd = [str(BIN / cmd[0]), *cmd[1:]]
+    # The report's folder is this command's own: a rerun replaces what the last one wrote there.
+    printed = sh(cmd + ["--out", str(out), "--seeds-csv", str(out / "seeds.csv"), "--overwrite"], capture=True)
     print(printed, end="", flush=True)
     (out / "report.md").write_text(printed)  # the tables as printed: with --secondary and --power's
-    (out / "report.json").write_text(sh(cmd + ["--json"], capture=True))
+    (out / "report.json").write_text(sh(cmd + ["--json"], capture=True))  # the same tables, nothing written twice
 
 
 def what_to_report(name: str, sweeps: dict, st: dict = STUDIES["floor"]) -> tuple[list[str], list[str], bool, list]:
