@@ -257,7 +257,7 @@ def report(uri: str, out: Path, ids: list[str], contrasts: list[str], own: bool 
     # The report's folder is this command's own: a rerun replaces what the last one wrote there.
     printed = sh(cmd + ["--out", str(out), "--seeds-csv", str(out / "seeds.csv"), "--overwrite"], capture=True)
     print(printed, end="", flush=True)
-    (out / "report.md").write_text(printed)  # the tables as printed: with --secondary and --power's
+    (out / "report.md").write_text(printed.replace(f"{ROOT}/", ""))  # the tables as printed, paths the repo's
     (out / "report.json").write_text(sh(cmd + ["--json"], capture=True))  # the same tables, nothing written twice
 
 
