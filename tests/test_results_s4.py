@@ -42,3 +42,27 @@ def test_study4s_plan_is_older_than_every_study4_job_file():
     first_job = git("log", "--diff-filter=A", "--reverse", "--format=%H", "--", "docs/results/s4/jobs").split()[0]
     assert plan != first_job
     assert subprocess.run(["git", "merge-base", "--is-ancestor", plan, first_job], cwd=ROOT).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_study_reads_itself_again_and_publishes_paths_of_the_repo(tmp_path):
+    """`make study-s4 PART=family` twice: the second run replaces the first's files (it once stopped at
+    its own seeds.csv), and the published report names the plan by its path in the repo."""
+    import json
+    import subprocess
+    import sys
+
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    (pub / "jobs").symlink_to(ROOT / "docs" / "results" / "s4" / "jobs")
+    cmd = [sys.executable, "scripts/study.py", "--study", "s4", "--part", "family", "--out", str(tmp_path / "out"),
+           "--publish", str(pub)]
+    for _ in range(2):
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+    published = (pub / "family_report.md").read_text()
+    assert published.startswith("Plan: docs/plans/s4.yaml (Study IV)") and str(ROOT) not in published
+    assert "Members with a reading that holds:" in published and "| member | a | b |" in published
+    family = json.loads((tmp_path / "out" / "family" / "report.json").read_text())["contrasts"]
+    assert len(family) == 7 * 3 and {c["member"] for c in family} == {f"F{i}" for i in range(1, 8)}
