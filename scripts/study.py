@@ -503,7 +503,8 @@ def main() -> None:
     if family:  # its tables, its per-seed values joined into one file, both published
         ids, contrasts, own, secondary = what_to_report("family", sweeps, st)
         report(a.uri, a.out / "family", ids, contrasts, own, st, secondary)
-        publish(a, {"family/report.md": "family_report.md"})  # its values are the per-job files
+        publish(a, {"family/report.md": "family_report.md",  # its values are the per-job files
+                    "family/contrasts.png": "family_contrasts.png"})
         return
     for name in [a.part] if a.part else st["primary"]:
         run_part(name, a, extra, sweeps)

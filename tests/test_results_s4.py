@@ -62,6 +62,7 @@ def test_the_study_reads_itself_again_and_publishes_paths_of_the_repo(tmp_path):
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
     published = (pub / "family_report.md").read_text()
+    assert (pub / "family_contrasts.png").read_bytes()[:4] == b"\x89PNG"
     assert published.startswith("Plan: docs/plans/s4.yaml (Study IV)") and str(ROOT) not in published
     assert "Members with a reading that holds:" in published and "| member | a | b |" in published
     family = json.loads((tmp_path / "out" / "family" / "report.json").read_text())["contrasts"]

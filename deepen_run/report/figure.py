@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 
 from deepen_run.figures import plt
 from deepen_run.data.glue import TASKS
@@ -39,9 +40,13 @@ def contrast_label(a: dict, b: dict) -> str:
     """What tells row a from row b: its method if they differ, then the settings they do not share."""
     ta, tb = _tokens(a["settings"]), _tokens(b["settings"])
 
+    def other(r):
+        return b if r is a else a
+
     def side(r, mine, theirs):
         own = [t for t in mine if t not in theirs and not t.endswith("=None")]
-        setup = [r["setup"].split(" ")[0].split(",")[0]] if a["setup"] != b["setup"] else []
+        # the words of the setups that differ ("annealed" against "proportional"), not their common start
+        setup = [w for w in re.split(r"[ ,]+", r["setup"]) if w not in re.split(r"[ ,]+", other(r)["setup"])]
         return " ".join(([r["method"]] if a["method"] != b["method"] else []) + setup + own) or r["setup"]
     return f"{a['id']}: {side(a, ta, tb)}  -  {b['id']}: {side(b, tb, ta)}"
 
@@ -66,9 +71,35 @@ def contrasts_plot(table: dict):
         ax.errorbar(means, ys, xerr=err, fmt="o" if task == "avg" else ".", capsize=2, color=colors[k % 10],
                     label=name, markersize=6 if task == "avg" else 4)
     ax.axvline(0, color="grey", lw=0.8)
-    ax.set_yticks(range(len(pairs)), [contrast_label(rows[a - 1], rows[b - 1]) for a, b in pairs], fontsize=7)
+    _clip_outliers(ax, cs, pairs, step, tasks, colors)
+    member = {(c["a"], c["b"]): f"{c['member']}  " for c in cs if c.get("member")}  # a plan's family: F1, ...
+    # long settings wrap, so the labels leave the intervals their room
+    ax.set_yticks(range(len(pairs)), [textwrap.fill(member.get((a, b), "") + contrast_label(rows[a - 1], rows[b - 1]),
+                                                    60) for a, b in pairs], fontsize=7)
     ax.invert_yaxis()
     ax.set(xlabel="a - b, dev score x100 (paired by seed, 95% t interval)", title="contrasts")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: it hid the last contrast
     fig.tight_layout()
     return fig
+
+
+def _clip_outliers(ax, cs: list[dict], pairs: list, step: float, tasks: list, colors) -> None:
+    """One contrast tens of points wide (a method that fails a task) would flatten every other to a dot:
+    past 4x the median contrast's reach, the axis stops at the others' and each point beyond it is
+    written at the edge with its value."""
+    def reach(c):
+        return max(abs(v) for v in (c["mean"], c["lo"], c["hi"]) if v is not None)
+    width = {p: max(reach(c) for c in cs if (c["a"], c["b"]) == p) for p in pairs}
+    median = sorted(width.values())[len(width) // 2]
+    inside = [w for w in width.values() if w <= 4 * median]
+    if len(inside) == len(width) or not inside or median == 0:
+        return
+    edge = 1.3 * max(inside)
+    ax.set_xlim(-edge, edge)
+    for c in cs:
+        if abs(c["mean"]) > edge:
+            y = pairs.index((c["a"], c["b"])) + (tasks.index(c["task"]) - (len(tasks) - 1) / 2) * step
+            side = 1 if c["mean"] > 0 else -1
+            text = f"{c['mean']:+.1f} >" if side > 0 else f"< {c['mean']:+.1f}"
+            ax.annotate(text, (side * edge, y), ha="right" if side > 0 else "left", va="center", fontsize=6,
+                        color=colors[tasks.index(c["task"]) % 10])
