@@ -47,7 +47,7 @@ def test_study4s_plan_is_older_than_every_study4_job_file():
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_study_reads_itself_again_and_publishes_paths_of_the_repo(tmp_path):
-    """`make study-s4 PART=family` twice: the second run replaces the first's files (it once stopped at
+    """`make study-s4 PART=family` again: it replaces the files of the run before (it once stopped at
     its own seeds.csv), and the published report names the plan by its path in the repo."""
     import json
     import subprocess
@@ -58,9 +58,12 @@ def test_the_study_reads_itself_again_and_publishes_paths_of_the_repo(tmp_path):
     (pub / "jobs").symlink_to(ROOT / "docs" / "results" / "s4" / "jobs")
     cmd = [sys.executable, "scripts/study.py", "--study", "s4", "--part", "family", "--out", str(tmp_path / "out"),
            "--publish", str(pub)]
-    for _ in range(2):
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
+    stale = tmp_path / "out" / "family" / "seeds.csv"  # as a run before this one left it
+    stale.parent.mkdir(parents=True)
+    stale.write_text("stale\n")
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert stale.read_text().startswith("row,") and len(stale.read_text().splitlines()) > 100
     published = (pub / "family_report.md").read_text()
     assert (pub / "family_contrasts.png").read_bytes()[:4] == b"\x89PNG"
     assert published.startswith("Plan: docs/plans/s4.yaml (Study IV)") and str(ROOT) not in published
