@@ -295,6 +295,9 @@ def train_rows(glue_dir: str, task: str) -> int:
     from deepen_run.data.glue import get_tasks
     from deepen_run.data.tsv import read_tsv
 
+    if not glue_dir:  # --cost and --updates count the training sets' rows
+        sys.exit("study: the training sets' sizes need the GLUE TSV files: set DEEPEN_GLUE_DIR=<folder of "
+                 "GLUE TSVs> (or data.glue_dir=...)")
     spec = get_tasks([task])[0]
     return len(read_tsv(Path(glue_dir) / spec.folder / "train.tsv", spec, labelled=True)["idx"])
 

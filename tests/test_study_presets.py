@@ -180,6 +180,7 @@ def test_a_mistyped_study_option_is_refused_not_passed_on_to_the_study(tmp_path)
     """scripts/study.py passes key=value overrides on to deepen-run; a mistyped option (--costs) was
     passed on too, so the study started and then failed with a misleading 'run it again'. And
     --draw-layers draws 1 to 6 of MiniLM's layers (0 was ignored, 7 a traceback)."""
+    import os
     import subprocess
     import sys
 
@@ -192,6 +193,10 @@ def test_a_mistyped_study_option_is_refused_not_passed_on_to_the_study(tmp_path)
         assert "+ " not in r.stdout and not (tmp_path / "out").exists()  # nothing was started
     r = subprocess.run([*study, "--draw-layers", "2", "~seed"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "[1, 4]", r.stderr[-2000:]  # a ~key deletion is an override
+    # --updates counts the training sets: without the GLUE files, one line naming what to set
+    env = {k: v for k, v in os.environ.items() if k != "DEEPEN_GLUE_DIR"}
+    r = subprocess.run([*study, "--study", "s4", "--updates"], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 1 and "set DEEPEN_GLUE_DIR" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
 def test_the_composer_gives_each_seed_what_composing_its_job_gives():
